@@ -1,0 +1,1 @@
+"""lm_models package."""

@@ -1,0 +1,167 @@
+"""Write the LibriSpeech rescoring results table (RESULTS.md) from the recipe's outputs.
+
+Uses the toolkit's public API only: the N-best reader, reference reader, WER scoring, oracle and
+significance tests. Run by stage 5 of run.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+from pathlib import Path
+
+from rescorer.combine import Weights, one_best
+from rescorer.formats import read_nbest
+from rescorer.io import atomic_write
+from rescorer.refs import read_kaldi_text, read_references
+from rescorer.significance import compare
+from rescorer.wer import WerReport, oracle, score_corpus
+
+SETS = ("dev_clean", "dev_other")
+SYSTEMS = [
+    ("1", "ESPnet 1-best (its own `score`: decoder, ctc, Transformer LM)", None),
+    ("2", "first pass without ESPnet's LM (decoder + ctc)", "2_first_pass"),
+    ("3", "decoder + ctc + our 4-gram", "3_first_pass_4gram"),
+    ("3b", "decoder + ctc + 4-gram + 4-gram OOV count + length", "3b_first_pass_4gram_oov_length"),
+    ("4", "all: decoder + ctc + ESPnet LM + 4-gram + length", "4_all"),
+    ("4b", "all + 4-gram OOV count", "4b_all_oov"),
+]
+COMPARISONS = [("2", "3"), ("1", "4"), ("1", "4b"), ("4", "4b")]
+
+
+def device() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, no GPU used (KenLM and the tuner run on the CPU)"
+
+
+def wall_time(exp: Path) -> str:
+    times = exp / "times.tsv"
+    if not times.exists():
+        return "unknown"
+    rows = [line.split("\t") for line in times.read_text().splitlines() if line.strip()]
+    total = sum(int(t) for _, t in rows)
+    parts = ", ".join(f"{name} {t}s" for name, t in rows)
+    return f"{total} s in all ({parts})"
+
+
+def pct(report: WerReport) -> str:
+    return f"{100 * report.total.wer:.2f}"
+
+
+BEGIN, END = "<!-- results: written by local/results.py -->", "<!-- end of results -->"
+
+
+def update_readme(readme: Path, results: str) -> None:
+    """Put the results between the markers of the recipe's README (when it has them)."""
+    if not readme.exists():
+        return
+    text = readme.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        return
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    body = results.split("\n", 2)[2]  # drop the title line
+    with atomic_write(readme) as f:
+        f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--nbest", type=Path, required=True)
+    ap.add_argument("--exp", type=Path, required=True)
+    ap.add_argument("--lm", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--settings", default="")
+    args = ap.parse_args()
+
+    reports: dict[tuple[str, str], WerReport] = {}
+    oracles: dict[str, WerReport] = {}
+    sizes: dict[str, tuple[int, int]] = {}
+    for s in SETS:
+        nbest = read_nbest(args.nbest / s, "espnet")
+        refs = read_references(args.nbest / s / "references" / "ref_wer.trn")
+        sizes[s] = (len(nbest), max(len(nb) for nb in nbest.values()))
+        reports[("1", s)] = score_corpus(refs, one_best(nbest))
+        oracles[s] = oracle(nbest, refs).report
+        for key, _, folder in SYSTEMS[1:]:
+            assert folder is not None
+            reports[(key, s)] = score_corpus(refs, read_kaldi_text(args.exp / folder / s / "1best.txt"))
+
+    books = args.exp / "lm" / "books.txt"
+    n_sent = n_words = 0
+    with open(books, encoding="utf-8") as f:
+        for line in f:
+            n_sent += 1
+            n_words += len(line.split())
+
+    lines = [
+        "# LibriSpeech N-best rescoring: results",
+        "",
+        f"- Command: `{args.command}` (settings: {args.settings})",
+        f"- Date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Device: {device()}",
+        f"- Wall time of the stages run: {wall_time(args.exp)}",
+        f"- N-best: ESPnet conformer/HuBERT 30-best lists; dev_clean {sizes['dev_clean'][0]} "
+        f"utterances, dev_other {sizes['dev_other'][0]} utterances.",
+        f"- Our n-gram: `{args.lm.name}`, KenLM modified Kneser-Ney, trained on the 96 novels "
+        f"of `corpora/gutenberg` normalised to LibriSpeech style ({n_sent:,} sentences, "
+        f"{n_words:,} words); binary size {args.lm.stat().st_size / 2**20:.0f} MiB.",
+        "- Weights tuned on dev_clean by direct minimisation of its word errors (`rescorer "
+        "tune`), applied unchanged to dev_other. Row 1 is the list order ESPnet produced.",
+        "",
+        "| # | system | dev_clean WER % (tuning set) | dev_other WER % | dev_other errors |",
+        "|---|---|---|---|---|",
+    ]
+    for key, label, _ in SYSTEMS:
+        rc, ro = reports[(key, "dev_clean")], reports[(key, "dev_other")]
+        t = ro.total
+        lines.append(
+            f"| {key} | {label} | {pct(rc)} | {pct(ro)} | "
+            f"{t.errors} / {t.ref_words} ({t.sub} sub, {t.dele} del, {t.ins} ins) |"
+        )
+    t = oracles["dev_other"].total
+    lines.append(
+        f"| 5 | oracle over the 30-best | {pct(oracles['dev_clean'])} | "
+        f"{pct(oracles['dev_other'])} | {t.errors} / {t.ref_words} ({t.sub} sub, {t.dele} del, "
+        f"{t.ins} ins) |"
+    )
+    lines += ["", "## Significance on dev_other (utterances as the paired unit)", ""]
+    for a, b in COMPARISONS:
+        cmp = compare(reports[(a, "dev_other")], reports[(b, "dev_other")], names=(a, b))
+        lines += [f"### row {b} vs row {a}", "", "```", cmp.summary(), "```", ""]
+    lines += ["## Tuned weights (anchor: decoder = 1)", ""]
+    lines += ["| # | weights | dev_clean errors before -> after tuning |", "|---|---|---|"]
+    for key, _, folder in SYSTEMS[1:]:
+        assert folder is not None
+        w = Weights.load(args.exp / folder / "weights.json")
+        ws = ", ".join(f"{n} {v:+.4g}" for n, v in w.features.items())
+        if w.length:
+            ws += f", length {w.length:+.4g}"
+        lines.append(
+            f"| {key} | {ws} | {w.meta.get('initial_errors')} -> {w.meta.get('dev_errors')} |"
+        )
+    lines.append("")
+    text = "\n".join(lines)
+    with atomic_write(args.out) as f:
+        f.write(text)
+    update_readme(args.out.parent / "README.md", text)
+    # The table itself on stdout for the person running the recipe.
+    start = next(i for i, line in enumerate(lines) if line.startswith("| # | system"))
+    print("\n".join(lines[start : start + len(SYSTEMS) + 3]))
+    for key in ("1", "4"):
+        print(f"{reports[(key, 'dev_other')].kaldi_line()} dev_other row {key}")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# LibriSpeech N-best rescoring with a 4-gram trained on public-domain novels.
+#
+# Rescores ESPnet's 30-best lists of LibriSpeech dev_clean and dev_other, with weights tuned on
+# dev_clean and evaluated on dev_other, and writes the results table to RESULTS.md beside this
+# script. Each stage skips work whose output already exists; delete exp/ to start over.
+#
+#   bash recipes/librispeech_nbest/run.sh [--stage N] [--stop-stage N]
+#
+# Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
+# ORDER (n-gram order, 4), PRUNE (lmplz thresholds, e.g. 0,0,1,1; default none), MEMORY (lmplz
+# sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+DATA=${RESCORER_DATA:-$ROOT/../shared/data}
+EXP=${EXP:-$HERE/exp}
+ORDER=${ORDER:-4}
+PRUNE=${PRUNE:-}
+MEMORY=${MEMORY:-4G}
+RESTARTS=${RESTARTS:-10}
+SEED=${SEED:-0}
+stage=0
+stop_stage=100
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+NBEST=$DATA/nbest/librispeech-espnet
+SETS="dev_clean dev_other"
+LM=$EXP/lm/${ORDER}gram.bin
+PY=$ROOT/.venv/bin/python
+RESCORER=$ROOT/.venv/bin/rescorer
+mkdir -p "$EXP"
+log() { echo "[librispeech_nbest $(date +%H:%M:%S)] $*" >&2; }
+timed() {  # timed NAME CMD...: run CMD and add its wall time to exp/times.tsv
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@"
+  printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$EXP/times.tsv"
+}
+run_stage() { [ "$1" -ge "$stage" ] && [ "$1" -le "$stop_stage" ]; }
+
+if run_stage 0; then
+  log "stage 0: set-up"
+  bash "$ROOT/scripts/setup.sh"
+  [ -d "$NBEST/dev_clean" ] || { log "no N-best lists under $NBEST (set RESCORER_DATA)"; exit 1; }
+fi
+
+if run_stage 1 && [ ! -s "$EXP/lm/books.txt" ]; then
+  log "stage 1: normalising the novels into LibriSpeech style"
+  mkdir -p "$EXP/lm"
+  timed normalise "$PY" "$HERE/local/normalise_books.py" "$DATA/corpora/gutenberg" \
+    "$EXP/lm/books.txt"
+fi
+
+if run_stage 2 && [ ! -s "$LM" ]; then
+  log "stage 2: building the ${ORDER}-gram"
+  prune_args=()
+  [ -n "$PRUNE" ] && prune_args=(--prune "$PRUNE")
+  timed ngram "$RESCORER" ngram build --text "$EXP/lm/books.txt" --order "$ORDER" \
+    "${prune_args[@]}" --memory "$MEMORY" --out "$LM"
+fi
+
+# system name | features tuned on dev_clean | length weight
+SYSTEMS=(
+  "2_first_pass|decoder,ctc|--no-length"
+  "3_first_pass_4gram|decoder,ctc,4gram|--no-length"
+  "3b_first_pass_4gram_oov_length|decoder,ctc,4gram,4gram_oov|--length"
+  "4_all|decoder,ctc,lm,4gram|--length"
+  "4b_all_oov|decoder,ctc,lm,4gram,4gram_oov|--length"
+)
+
+if run_stage 3; then
+  for sys in "${SYSTEMS[@]}"; do
+    IFS='|' read -r name feats length <<< "$sys"
+    out=$EXP/$name/weights.json
+    [ -s "$out" ] && continue
+    log "stage 3: tuning $name on dev_clean ($feats)"
+    mkdir -p "$EXP/$name"
+    timed "tune_$name" "$RESCORER" -q tune --nbest "$NBEST/dev_clean" \
+      --ref "$NBEST/dev_clean/references/ref_wer.trn" --lm "4gram=kenlm:$LM" \
+      --features "$feats" "$length" --restarts "$RESTARTS" --seed "$SEED" --out "$out" \
+      | tee "$EXP/$name/tune.log"
+  done
+fi
+
+if run_stage 4; then
+  for sys in "${SYSTEMS[@]}"; do
+    IFS='|' read -r name feats length <<< "$sys"
+    for set in $SETS; do
+      out=$EXP/$name/$set
+      [ -s "$out/1best.txt" ] && continue
+      log "stage 4: rescoring $set with $name"
+      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$NBEST/$set" \
+        --ref "$NBEST/$set/references/ref_wer.trn" --lm "4gram=kenlm:$LM" \
+        --weights "$EXP/$name/weights.json" --out "$out" > "$out.log"
+    done
+  done
+fi
+
+if run_stage 5; then
+  log "stage 5: results table"
+  "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
+    --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED"
+fi

@@ -1,0 +1,631 @@
+"""The ``rescorer`` command line: thin click commands over the library.
+
+Bad input data gets one line naming the file and line, and exit status 2; bad options get click's
+usage error (also status 2). Progress bars go to stderr and ``--quiet`` silences them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rescorer.combine import Weights, one_best, rerank
+from rescorer.errors import InputError, check_same_ids
+from rescorer.features import LMFeatureReport, add_lm_scores
+from rescorer.formats import READERS, WRITERS, detect_format, read_nbest, write_nbest
+from rescorer.lm import LOADERS, LanguageModel, LMSpec, load_lm
+from rescorer.nbest import NBest
+from rescorer.ngram import BINARY_TYPES, KenLMToolError, NgramOptions, build_ngram
+from rescorer.refs import read_references, read_utt2spk, write_kaldi_text
+from rescorer.significance import compare
+from rescorer.text import CASE_MODES
+from rescorer.tune import TuneOptions, tune
+from rescorer.wer import WerReport, oracle, score_corpus
+
+logger = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class InputFailure(click.ClickException):
+    """Bad input data: one line, exit status 2."""
+
+    exit_code = 2
+
+
+def handle_errors(fn: F) -> F:
+    """Turn library errors into one-line CLI errors."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as err:
+            raise InputFailure(str(err)) from None
+        except KenLMToolError as err:
+            raise click.ClickException(str(err)) from None
+        except ValueError as err:
+            raise click.UsageError(str(err)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _quiet() -> bool:
+    ctx = click.get_current_context()
+    return bool(ctx.find_root().params.get("quiet"))
+
+
+# -- shared option types ------------------------------------------------------------------------
+
+
+class LMSpecType(click.ParamType):
+    """``[NAME=]KIND:PATH`` with an existing path."""
+
+    name = "SPEC"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, LMSpec):
+            return value
+        try:
+            spec = LMSpec.parse(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if not spec.path.exists():
+            self.fail(f"model file {str(spec.path)!r} does not exist", param, ctx)
+        return spec
+
+
+class CommaList(click.ParamType):
+    """A comma-separated list of names."""
+
+    name = "A,B,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        items = tuple(v.strip() for v in str(value).split(",") if v.strip())
+        if not items:
+            self.fail(f"expected a comma-separated list of names, got {value!r}", param, ctx)
+        return items
+
+
+class IntList(click.ParamType):
+    """A comma-separated list of non-negative integers."""
+
+    name = "N,N,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            items = tuple(int(v) for v in str(value).split(","))
+        except ValueError:
+            self.fail(f"expected comma-separated integers, got {value!r}", param, ctx)
+        if any(i < 0 for i in items):
+            self.fail(f"thresholds must be >= 0, got {value!r}", param, ctx)
+        return items
+
+
+FORMAT_CHOICE = click.Choice(["auto", *sorted(READERS)])
+EXISTING = click.Path(exists=True, path_type=Path)
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def nbest_options(fn: F) -> F:
+    fn = click.option(
+        "--format",
+        "fmt",
+        type=FORMAT_CHOICE,
+        default="auto",
+        show_default=True,
+        help="N-best format (detected from the path when auto).",
+    )(fn)
+    return click.option(
+        "--nbest",
+        "nbest_path",
+        type=EXISTING,
+        required=True,
+        help="N-best lists: an ESPnet set folder, SRILM file/folder/list, Kaldi folder, "
+        "JSON or JSONL file.",
+    )(fn)
+
+
+def ref_options(required: bool) -> Callable[[F], F]:
+    def deco(fn: F) -> F:
+        fn = click.option(
+            "--ref-format",
+            type=click.Choice(["auto", "trn", "kaldi"]),
+            default="auto",
+            show_default=True,
+            help="Reference format.",
+        )(fn)
+        return click.option(
+            "--ref",
+            "ref_path",
+            type=EXISTING_FILE,
+            required=required,
+            help="References: sclite trn (id in parentheses) or Kaldi 'uttid words' text.",
+        )(fn)
+
+    return deco
+
+
+def lm_options(fn: F) -> F:
+    fn = click.option(
+        "--lm-oov/--no-lm-oov",
+        "lm_oov",
+        default=True,
+        show_default=True,
+        help="Add each LM's OOV word count as a feature NAME_oov beside its score.",
+    )(fn)
+    fn = click.option(
+        "--lm-case",
+        type=click.Choice(CASE_MODES),
+        default="auto",
+        show_default=True,
+        help="Case mapping of words into the LMs' vocabularies (auto: whichever finds more words).",
+    )(fn)
+    return click.option(
+        "--lm",
+        "lm_specs",
+        type=LMSpecType(),
+        multiple=True,
+        help=f"Language model feature [NAME=]KIND:PATH, kinds: {', '.join(sorted(LOADERS))}. "
+        "Repeatable. NAME defaults to the file name before its first dot.",
+    )(fn)
+
+
+def _load_nbest(path: Path, fmt: str) -> NBest:
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    nbest = read_nbest(path, fmt)
+    logger.info("read %r from %s (%s)", nbest, path, fmt)
+    return nbest
+
+
+def _load_refs(path: Path | None, fmt: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    if path is None:
+        raise click.UsageError("--ref is required here")
+    refs = read_references(path, None if fmt == "auto" else fmt)
+    check_same_ids(set(ids), set(refs), "reference", path)
+    return refs
+
+
+def _load_speakers(path: Path | None, ids: Sequence[str]) -> dict[str, str] | None:
+    if path is None:
+        return None
+    spk = read_utt2spk(path)
+    missing = set(ids) - set(spk)
+    if missing:  # a map of a larger corpus is fine; every utterance here needs a speaker
+        check_same_ids(set(ids), set(spk) & set(ids), "utt2spk", path)
+    return spk
+
+
+def _score_with_lms(
+    nbest: NBest, specs: Sequence[LMSpec], case: str, oov_feature: bool
+) -> tuple[NBest, list[LMFeatureReport]]:
+    reports = []
+    for spec in specs:
+        lm: LanguageModel = load_lm(spec, case=case)
+        nbest, report = add_lm_scores(
+            nbest, lm, spec.name, progress=not _quiet(), oov_feature=oov_feature
+        )
+        reports.append(report)
+        click.echo(report.describe(), err=True)
+    return nbest, reports
+
+
+def _echo_report(label: str, report: WerReport) -> None:
+    click.echo(f"{report.kaldi_line()} {label}")
+
+
+# -- the group --------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or info messages.")
+def main(verbose: int, quiet: bool) -> None:
+    """N-best rescoring with n-gram and neural language models."""
+    level = logging.WARNING if quiet or verbose == 0 else logging.INFO
+    if verbose >= 2:
+        level = logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
+
+
+# -- wer ----------------------------------------------------------------------------------------
+
+
+@main.command()
+@ref_options(required=True)
+@click.option("--hyp", "hyp_path", type=EXISTING_FILE, help="Hypotheses as 'uttid words' text.")
+@click.option("--nbest", "nbest_path", type=EXISTING, help="Score the first hypothesis of lists.")
+@click.option("--format", "fmt", type=FORMAT_CHOICE, default="auto", show_default=True)
+@click.option("--oracle", "with_oracle", is_flag=True, help="Also the oracle WER of the lists.")
+@click.option(
+    "--compare",
+    "compare_path",
+    type=EXISTING_FILE,
+    help="A second system ('uttid words' text): test the difference for significance.",
+)
+@click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance (per-speaker rows).")
+@click.option("--cer", is_flag=True, help="Character error rate instead of word error rate.")
+@click.option(
+    "--per-utt",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a per-utterance error table here.",
+)
+@click.option(
+    "--summary/--no-summary",
+    default=True,
+    show_default=True,
+    help="Print the sclite-style summary table.",
+)
+@handle_errors
+def wer(
+    ref_path: Path,
+    ref_format: str,
+    hyp_path: Path | None,
+    nbest_path: Path | None,
+    fmt: str,
+    with_oracle: bool,
+    compare_path: Path | None,
+    utt2spk: Path | None,
+    cer: bool,
+    per_utt: Path | None,
+    summary: bool,
+) -> None:
+    """Word error rate of hypotheses (or N-best lists) against references.
+
+    \b
+    Examples:
+      rescorer wer --ref DEV/references/ref_wer.trn --hyp DEV/raw_hypotheses/1best_recog/text
+      rescorer wer --ref DEV/references/ref_wer.trn --nbest DEV --oracle
+      rescorer wer --ref REF.trn --hyp A.txt --compare B.txt
+    """
+    if (hyp_path is None) == (nbest_path is None):
+        raise click.UsageError("give exactly one of --hyp or --nbest")
+    if with_oracle and nbest_path is None:
+        raise click.UsageError("--oracle needs --nbest")
+    unit = "char" if cer else "word"
+    nbest = None
+    if hyp_path is not None:
+        hyps = read_references(hyp_path, "kaldi")
+        label = str(hyp_path)
+    else:
+        assert nbest_path is not None
+        nbest = _load_nbest(nbest_path, fmt)
+        hyps = one_best(nbest)
+        label = f"{nbest_path} (first hypotheses)"
+    refs = _load_refs(ref_path, ref_format, list(hyps))
+    speakers = _load_speakers(utt2spk, list(hyps))
+    report = score_corpus(refs, hyps, speakers, unit=unit)
+    if summary:
+        click.echo(report.summary())
+    _echo_report(label, report)
+    if per_utt is not None:
+        from rescorer.io import atomic_write
+
+        with atomic_write(per_utt) as f:
+            f.write(report.utterance_table() + "\n")
+    if with_oracle:
+        assert nbest is not None
+        if cer:
+            raise click.UsageError("--oracle is computed on words; drop --cer")
+        orc = oracle(nbest, refs)
+        _echo_report(f"oracle over {max(len(nb) for nb in nbest.values())}-best", orc.report)
+    if compare_path is not None:
+        other = read_references(compare_path, "kaldi")
+        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path)
+        report_b = score_corpus(refs, other, speakers, unit=unit)
+        _echo_report(str(compare_path), report_b)
+        click.echo(compare(report, report_b).summary())
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+
+@main.command(name="tune")
+@nbest_options
+@ref_options(required=True)
+@lm_options
+@click.option(
+    "--features",
+    type=CommaList(),
+    default=None,
+    help="Score columns and LM names to combine (default: all of them).",
+)
+@click.option(
+    "--length/--no-length", default=True, show_default=True, help="Tune a word-count weight."
+)
+@click.option("--anchor", default=None, help="Feature held at weight 1 (default: the first).")
+@click.option("--init", "init_path", type=EXISTING_FILE, help="Start from these weights (JSON).")
+@click.option("--restarts", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the tuned weights (JSON).",
+)
+@handle_errors
+def tune_cmd(
+    nbest_path: Path,
+    fmt: str,
+    ref_path: Path,
+    ref_format: str,
+    lm_specs: tuple[LMSpec, ...],
+    lm_case: str,
+    lm_oov: bool,
+    features: tuple[str, ...] | None,
+    length: bool,
+    anchor: str | None,
+    init_path: Path | None,
+    restarts: int,
+    seed: int,
+    out_path: Path,
+) -> None:
+    """Tune log-linear weights on a dev set by minimising its word errors.
+
+    \b
+    Example:
+      rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
+          --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
+    """
+    nbest = _load_nbest(nbest_path, fmt)
+    refs = _load_refs(ref_path, ref_format, list(nbest))
+    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov)
+    names = features or nbest.score_names()
+    initial = Weights.load(init_path) if init_path else None
+    if initial is not None and not length and initial.length != 0:
+        raise click.UsageError("--no-length with initial weights that have a length weight")
+    result = tune(
+        nbest,
+        refs,
+        names,
+        TuneOptions(restarts=restarts, seed=seed, anchor=anchor, tune_length=length),
+        initial=initial,
+    )
+    meta = {
+        **result.weights.meta,
+        "nbest": str(nbest_path),
+        "ref": str(ref_path),
+        "lms": {s.name: f"{s.kind}:{s.path}" for s in lm_specs},
+    }
+    weights = Weights(result.weights.features, result.weights.length, meta)
+    weights.save(out_path)
+    click.echo(
+        f"initial %WER {100 * result.initial_errors / max(result.ref_words, 1):.2f} "
+        f"[ {result.initial_errors} / {result.ref_words} ]"
+    )
+    click.echo(
+        f"tuned   %WER {100 * result.wer:.2f} [ {result.errors} / {result.ref_words} ] "
+        f"({len(result.start_errors)} starts, best errors per start {list(result.start_errors)}, "
+        f"{result.seconds:.1f}s)"
+    )
+    for name, w in weights.features.items():
+        click.echo(f"  {name:>12s} {w:+.6g}")
+    click.echo(f"  {'length':>12s} {weights.length:+.6g}")
+    click.echo(f"wrote {out_path}")
+
+
+# -- rescore ------------------------------------------------------------------------------------
+
+
+@main.command()
+@nbest_options
+@ref_options(required=False)
+@lm_options
+@click.option(
+    "--weights",
+    "weights_path",
+    type=EXISTING_FILE,
+    required=True,
+    help="Weights from `rescorer tune` (JSON).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
+)
+@click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
+@handle_errors
+def rescore(
+    nbest_path: Path,
+    fmt: str,
+    ref_path: Path | None,
+    ref_format: str,
+    lm_specs: tuple[LMSpec, ...],
+    lm_case: str,
+    lm_oov: bool,
+    weights_path: Path,
+    out_dir: Path,
+    utt2spk: Path | None,
+) -> None:
+    """Rerank N-best lists with tuned weights; write them and the new 1-best.
+
+    With --ref, prints the WER of the first-pass 1-best and of the rescored 1-best, and tests
+    the difference for significance.
+
+    \b
+    Example:
+      rescorer rescore --nbest DEV --ref DEV/references/ref_wer.trn \\
+          --lm kenlm:4gram.bin --weights weights.json --out OUTDIR
+    """
+    weights = Weights.load(weights_path)
+    nbest = _load_nbest(nbest_path, fmt)
+    refs = _load_refs(ref_path, ref_format, list(nbest)) if ref_path else None
+    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov)
+    missing = [n for n in weights.names if n not in nbest.score_names()]
+    if missing:
+        raise click.UsageError(
+            f"weights name feature(s) {missing} that neither the N-best lists nor the --lm "
+            f"models provide (have: {list(nbest.score_names())})"
+        )
+    reranked = rerank(nbest, weights)
+    best = {utt: (nb.hyps[0].words if len(nb) else ()) for utt, nb in reranked.items()}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_nbest(NBest(list(reranked.values()), refs), out_dir / "nbest.jsonl", "jsonl")
+    write_kaldi_text(out_dir / "1best.txt", best)
+    click.echo(f"wrote {out_dir / 'nbest.jsonl'} and {out_dir / '1best.txt'}")
+    if refs is None:
+        return
+    speakers = _load_speakers(utt2spk, list(nbest))
+    base = score_corpus(refs, one_best(nbest), speakers)
+    new = score_corpus(refs, best, speakers)
+    lines = [
+        f"{base.kaldi_line()} first pass",
+        f"{new.kaldi_line()} rescored",
+        compare(base, new).summary(),
+    ]
+    from rescorer.io import atomic_write
+
+    with atomic_write(out_dir / "wer.txt") as f:
+        f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
+    click.echo("\n".join(lines))
+
+
+# -- ppl ----------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--lm", "lm_spec", type=LMSpecType(), required=True, help="Model [NAME=]KIND:PATH.")
+@click.option(
+    "--text",
+    "text_path",
+    type=EXISTING_FILE,
+    required=True,
+    help="Text to evaluate, one sentence per line.",
+)
+@click.option(
+    "--text-format",
+    type=click.Choice(["plain", "kaldi", "trn"]),
+    default="plain",
+    show_default=True,
+    help="plain: words only; kaldi: 'uttid words'; trn: sclite.",
+)
+@click.option("--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True)
+@handle_errors
+def ppl(lm_spec: LMSpec, text_path: Path, text_format: str, lm_case: str) -> None:
+    """Perplexity of a language model on text (natural-log totals).
+
+    \b
+    Example:
+      rescorer ppl --lm kenlm:4gram.bin --text DEV/references/ref_wer.trn --text-format trn
+    """
+    if text_format == "plain":
+        from rescorer.io import read_lines
+
+        sentences = [tuple(line.split()) for _, line in read_lines(text_path) if line.strip()]
+    else:
+        sentences = list(read_references(text_path, text_format).values())
+    if not sentences:
+        raise InputFailure(f"{text_path}: no sentences")
+    lm = load_lm(lm_spec, case=lm_case)
+    logps = lm.token_logprobs(sentences)
+    flags = lm.oov_flags(sentences)
+    oov = int(sum(f.sum() for f in flags))
+    words = int(sum(len(f) for f in flags))
+    total = float(sum(lp.sum() for lp in logps))
+    tokens = int(sum(len(lp) for lp in logps))
+    click.echo(
+        f"{len(sentences)} sentences, {words} words, {oov} OOVs ({100 * oov / max(words, 1):.2f}%)"
+    )
+    click.echo(f"logprob (ln) {total:.2f} over {tokens} tokens incl. </s>, OOVs scored as <unk>")
+    click.echo(f"ppl {math.exp(-total / tokens):.2f}")
+    if lm.units == "word":
+        # SRILM's convention: OOV words are left out of both the total and the count.
+        known_total = float(
+            sum(lp[:-1][~f].sum() + lp[-1] for lp, f in zip(logps, flags, strict=True))
+        )
+        known_tokens = tokens - oov
+        click.echo(
+            f"ppl excluding OOVs {math.exp(-known_total / known_tokens):.2f} "
+            f"over {known_tokens} tokens"
+        )
+
+
+# -- ngram --------------------------------------------------------------------------------------
+
+
+@main.group()
+def ngram() -> None:
+    """N-gram models with KenLM."""
+
+
+@ngram.command(name="build")
+@click.option(
+    "--text",
+    "texts",
+    type=EXISTING_FILE,
+    multiple=True,
+    required=True,
+    help="Training text, one sentence per line (repeatable).",
+)
+@click.option("--order", type=click.IntRange(1, 6), default=4, show_default=True)
+@click.option(
+    "--prune",
+    type=IntList(),
+    default=None,
+    help="Count thresholds per order, e.g. 0,0,1 (unigrams cannot be pruned).",
+)
+@click.option("--memory", default="2G", show_default=True, help="lmplz sort memory (-S).")
+@click.option("--arpa", "arpa", is_flag=True, help="Keep ARPA text instead of a binary.")
+@click.option("--binary-type", type=click.Choice(BINARY_TYPES), default="trie", show_default=True)
+@click.option("--discount-fallback", is_flag=True, help="Fallback discounts for tiny corpora.")
+@click.option("--skip-symbols", is_flag=True, help="Treat <s>, </s>, <unk> in text as spaces.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@handle_errors
+def ngram_build(
+    texts: tuple[Path, ...],
+    order: int,
+    prune: tuple[int, ...] | None,
+    memory: str,
+    arpa: bool,
+    binary_type: str,
+    discount_fallback: bool,
+    skip_symbols: bool,
+    out_path: Path,
+) -> None:
+    """Build an n-gram model with lmplz (and build_binary).
+
+    \b
+    Example:
+      rescorer ngram build --text books.txt --order 4 --prune 0,0,1,1 --out 4gram.bin
+    """
+    options = NgramOptions(
+        order=order,
+        prune=prune or (),
+        memory=memory,
+        binary=None if arpa else binary_type,
+        discount_fallback=discount_fallback,
+        skip_symbols=skip_symbols,
+    )
+    build_ngram(texts, out_path, options)
+    click.echo(f"wrote {out_path} ({out_path.stat().st_size / 2**20:.1f} MiB)")
+
+
+# -- convert ------------------------------------------------------------------------------------
+
+
+@main.command()
+@nbest_options
+@click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
+@handle_errors
+def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path) -> None:
+    """Convert N-best lists between formats (scores converted to the target's log base)."""
+    nbest = _load_nbest(nbest_path, fmt)
+    write_nbest(nbest, out_path, to_fmt)
+    click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

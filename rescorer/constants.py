@@ -1,0 +1,24 @@
+"""Constants shared across the toolkit: log bases, special tokens, default names."""
+
+from __future__ import annotations
+
+import math
+
+# Natural log is the toolkit's only log base. These convert *into* it, in one place.
+LN10 = math.log(10.0)
+"""ln(10): multiply a log10 value by this to get a natural-log value."""
+
+# SRILM "bytelog" scores: log base 1.0001, divided by 1024 and rounded (nbest-format(5)).
+BYTELOG_TO_LN = 1024.0 * math.log(1.0001)
+"""Multiply a SRILM bytelog value by this to get a natural-log value."""
+
+BOS = "<s>"
+EOS = "</s>"
+UNK = "<unk>"
+
+# Name of the derived length feature in log-linear combination (number of words).
+LENGTH_FEATURE = "length"
+# Name of the combined score column written by `rescore`.
+TOTAL_SCORE = "total"
+# Suffix of the OOV-count feature added beside an LM's score ("4gram" -> "4gram_oov").
+OOV_SUFFIX = "_oov"

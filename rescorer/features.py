@@ -1,0 +1,96 @@
+"""Adding language-model scores to N-best lists as named features."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from rescorer.constants import OOV_SUFFIX
+from rescorer.lm import Context, LanguageModel, sentence_scores
+from rescorer.nbest import NBest
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LMFeatureReport:
+    """What scoring an N-best set with one model found."""
+
+    # Feature name the scores were stored under.
+    name: str
+    # Hypotheses scored.
+    sentences: int
+    # Words in them (end-of-sentence not counted) and how many the model did not know.
+    words: int
+    oov_words: int
+
+    @property
+    def oov_rate(self) -> float:
+        return self.oov_words / self.words if self.words else 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.name}: scored {self.sentences} hypotheses, {self.words} words, "
+            f"{self.oov_words} OOV ({100 * self.oov_rate:.2f}%)"
+        )
+
+
+def add_lm_scores(
+    nbest: NBest,
+    lm: LanguageModel,
+    name: str | None = None,
+    contexts: Mapping[str, Context] | None = None,
+    batch_size: int = 4096,
+    progress: bool = True,
+    oov_feature: bool = True,
+) -> tuple[NBest, LMFeatureReport]:
+    """Score every hypothesis with ``lm``; store the natural-log sentence probability as ``name``.
+
+    With ``oov_feature``, the number of words the model does not know is stored too, as
+    ``<name>_oov``: a model scores every unknown word with the same ``<unk>`` probability, and a
+    separately weighted OOV count lets tuning decide how much an unknown word should cost.
+    ``contexts`` maps utterance ids to context records for context-aware models; every utterance
+    of ``nbest`` must have one when it is given.
+    """
+    name = name or lm.name
+    oov_name = f"{name}{OOV_SUFFIX}"
+    existing = nbest.score_names()
+    for new in (name, oov_name) if oov_feature else (name,):
+        if new in existing:
+            raise ValueError(
+                f"feature {new!r} already exists in the N-best lists; name the model otherwise"
+            )
+    utts = list(nbest)
+    sentences: list[Sequence[str]] = []
+    ctx_list: list[Context | None] | None = [] if contexts is not None else None
+    for utt in utts:
+        for hyp in nbest[utt]:
+            sentences.append(hyp.words)
+            if ctx_list is not None:
+                assert contexts is not None
+                ctx_list.append(contexts[utt])
+    with tqdm(
+        total=len(sentences), desc=f"scoring with {name}", unit="hyp", disable=not progress
+    ) as bar:
+        scores = sentence_scores(lm, sentences, ctx_list, batch_size, bar.update)
+    flags = lm.oov_flags(sentences)
+    oov_counts = np.array([f.sum() for f in flags], dtype=np.float64)
+    words = int(sum(len(f) for f in flags))
+    values: dict[str, list[float]] = {}
+    oov_values: dict[str, list[float]] = {}
+    pos = 0
+    for utt in utts:
+        n = len(nbest[utt])
+        values[utt] = scores[pos : pos + n].tolist()
+        oov_values[utt] = oov_counts[pos : pos + n].tolist()
+        pos += n
+    report = LMFeatureReport(name, len(sentences), words, int(oov_counts.sum()))
+    logger.info("%s", report.describe())
+    nbest = nbest.with_scores(name, values)
+    if oov_feature:
+        nbest = nbest.with_scores(oov_name, oov_values)
+    return nbest, report

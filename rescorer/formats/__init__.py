@@ -1,0 +1,182 @@
+"""N-best file formats: readers, writers and format detection.
+
+Every reader returns an :class:`~rescorer.nbest.NBest` whose log-probability scores are in
+**natural log** (higher is better); formats that store log10 (``srilm3``), bytelog
+(``srilm1``, ``srilm2``) or costs (``kaldi``) are converted on read and back on write.
+Malformed input raises :class:`~rescorer.errors.InputError` naming the file (and line).
+
+==========  ==========================================================  =====================
+format      layout                                                      scores (stored as)
+==========  ==========================================================  =====================
+espnet      ``raw_hypotheses/<k>best_recog/{text,score,scores,token}``  as in the files (ln)
+srilm1      ``NBestList1.0`` files, one per utterance                   ``score`` (bytelog)
+srilm2      ``NBestList2.0`` files, one per utterance                   ``score``, ``acoustic``,
+                                                                        ``lm`` (bytelog)
+srilm3      ``ascore lscore nwords words`` files, one per utterance     ``acoustic``, ``lm``
+                                                                        (log10), ``nwords``
+kaldi       ``text`` + ``*_cost`` files, ids ``<uttid>-<N>``           ``<name> = -cost``
+json        ``{utt: {hyp1: {score, text}, ..., ref}}``                  as in the file
+jsonl       one ``{"utt", "hyps", "ref"}`` object per line              as in the file
+==========  ==========================================================  =====================
+
+``srilm2`` has no writer (it needs word times).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from rescorer.errors import InputError
+from rescorer.formats import espnet, json_formats, kaldi, srilm
+from rescorer.formats._common import first_content_line, is_dir, shorten
+from rescorer.nbest import NBest
+
+READERS: dict[str, Callable[[Path], NBest]] = {
+    "espnet": espnet.read_espnet,
+    "srilm1": srilm.read_srilm1,
+    "srilm2": srilm.read_srilm2,
+    "srilm3": srilm.read_srilm3,
+    "kaldi": kaldi.read_kaldi,
+    "json": json_formats.read_json,
+    "jsonl": json_formats.read_jsonl,
+}
+
+WRITERS: dict[str, Callable[[NBest, Path], None]] = {
+    "espnet": espnet.write_espnet,
+    "srilm1": srilm.write_srilm1,
+    "srilm3": srilm.write_srilm3,
+    "kaldi": kaldi.write_kaldi,
+    "json": json_formats.write_json,
+    "jsonl": json_formats.write_jsonl,
+}
+
+__all__ = ["READERS", "WRITERS", "detect_format", "read_nbest", "write_nbest"]
+
+
+def _srilm_line_format(line: str) -> str | None:
+    tokens = line.split()
+    if not tokens:
+        return None
+    if tokens[0] == srilm.HEADER1:
+        return "srilm1"
+    if tokens[0] == srilm.HEADER2:
+        return "srilm2"
+    if srilm.looks_like_nbest_line(line) and not tokens[0].startswith("("):
+        return "srilm3"
+    return None
+
+
+def _detect_dir(path: Path) -> str:
+    names = {p.name for p in path.iterdir()}
+    if is_dir(path / "raw_hypotheses") or any(
+        espnet.KBEST_DIR.match(n) and is_dir(path / n) for n in names
+    ):
+        return "espnet"
+    costs = sorted(n for n in names if n.endswith(kaldi.COST_SUFFIX))
+    if "text" in names and costs:
+        return "kaldi"
+    if espnet.KBEST_DIR.match(path.name) or ("text" in names and names & {"score", "scores"}):
+        raise InputError(
+            "this looks like one <k>best_recog folder of an ESPnet set; "
+            "give the set folder (holding raw_hypotheses/) instead",
+            path,
+        )
+    if "text" in names:
+        return "kaldi"
+    files = srilm.input_files(path)  # raises if the folder holds no files
+    if not files:
+        raise InputError(f"cannot tell the N-best format: {srilm.LIST_NAME} lists no files", path)
+    first = None
+    for first_file, _, _ in files:  # the first file with content (srilm3 files may be empty)
+        first = first_content_line(first_file)
+        if first is not None:
+            break
+    fmt = _srilm_line_format(first[1]) if first else None
+    if fmt is None:
+        shown = "empty" if first is None else repr(shorten(first[1]))
+        raise InputError(
+            "cannot tell the N-best format: no raw_hypotheses/ or <k>best_recog/ (espnet), no "
+            f"text (kaldi), and the first non-empty file {first_file.name} starts {shown}, not "
+            "an NBestList header or 'ascore lscore nwords' (srilm)",
+            path,
+        )
+    return fmt
+
+
+def detect_format(path: str | Path) -> str:
+    """Guess the format of ``path`` (a file or folder) from names and the first content line.
+
+    Folders: ``raw_hypotheses/`` or ``<k>best_recog/`` -> espnet; ``text`` (+ ``*_cost``) ->
+    kaldi; else SRILM files (by the first file's first line). Files: ``.jsonl``/``.json``
+    suffixes (also ``.gz``), else a first line that is a JSON object (with ``"utt"`` -> jsonl),
+    an ``NBestList`` header or three numbers (srilm), or a file list whose first entry is one
+    of those. Raises :class:`InputError` saying what it looked at when it cannot tell.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such file or folder", path)
+    if is_dir(path):
+        return _detect_dir(path)
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if name.endswith(".jsonl"):
+        return "jsonl"
+    if name.endswith(".json"):
+        return "json"
+    first = first_content_line(path)
+    if first is None:
+        raise InputError("cannot tell the N-best format of an empty file", path)
+    lineno, line = first
+    stripped = line.strip()
+    if stripped.startswith("{"):
+        try:
+            obj = json.loads(stripped)
+        except (ValueError, RecursionError):
+            return "json"  # a multi-line JSON document
+        return "jsonl" if isinstance(obj, dict) and "utt" in obj else "json"
+    fmt = _srilm_line_format(line)
+    if fmt is not None:
+        return fmt
+    files = srilm.input_files(path)
+    if files and files[0][0] != path:  # a file list (non-empty: its first line names a file)
+        inner = None
+        for first_file, _, _ in files:
+            inner = first_content_line(first_file)
+            if inner is not None:
+                break
+        fmt = _srilm_line_format(inner[1]) if inner else None
+        if fmt is not None:
+            return fmt
+        shown = "empty" if inner is None else repr(shorten(inner[1]))
+        raise InputError(
+            f"file list: cannot tell the format of its first non-empty file {first_file}, "
+            f"which starts {shown}",
+            path,
+            lineno,
+        )
+    raise InputError(
+        f"cannot tell the N-best format: the first line {shorten(stripped)!r} is not JSON, "
+        "an NBestList header, 'ascore lscore nwords words' or the name of an existing file",
+        path,
+        lineno,
+    )
+
+
+def read_nbest(path: str | Path, fmt: str | None = None) -> NBest:
+    """Read an N-best set in format ``fmt`` (detected when None); scores in natural log."""
+    path = Path(path)
+    if fmt is None:
+        fmt = detect_format(path)
+    reader = READERS.get(fmt)
+    if reader is None:
+        raise InputError(f"unknown N-best format {fmt!r} (known: {', '.join(READERS)})")
+    return reader(path)
+
+
+def write_nbest(nbest: NBest, path: str | Path, fmt: str) -> None:
+    """Write ``nbest`` in format ``fmt`` (natural-log scores converted as the format needs)."""
+    writer = WRITERS.get(fmt)
+    if writer is None:
+        raise ValueError(f"no writer for N-best format {fmt!r} (known: {', '.join(WRITERS)})")
+    writer(nbest, Path(path))

@@ -1,0 +1,337 @@
+"""SRILM N-best lists (``nbest-format(5)``): one utterance per file, three line formats.
+
+* ``srilm1`` -- header ``NBestList1.0``, then ``(score) w1 w2 ...``. The score is a combined
+  acoustic + LM score in SRI Decipher *bytelog* units (log base 1.0001, divided by 1024 and
+  rounded to an integer); stored as ``score`` in natural log (``x * BYTELOG_TO_LN``).
+* ``srilm2`` -- header ``NBestList2.0``, then
+  ``(score) w1 ( st: s1 et: e1 g: lm1 a: ac1 ) w2 ( ... ) ...`` with bytelog ``g:`` (LM) and
+  ``a:`` (acoustic) per token. Stored as ``score`` (the total), ``acoustic`` (sum of the word
+  tokens' ``a:``) and ``lm`` (sum of their ``g:``), all natural log. As in the man page (and
+  SRILM's own reader) a token whose start time is not after the end time of the previous word
+  is a sub-word unit (phone or HMM state) inside that word: it is skipped, words and scores alike.
+* ``srilm3`` -- no header; ``ascore lscore nwords w1 w2 ...`` with **log10** scores, stored as
+  ``acoustic`` and ``lm`` in natural log (``x * LN10``) and ``nwords`` as a plain count.
+
+In all three formats the SRILM non-word tokens ``<s>``, ``</s>`` and ``-pau-`` (SRILM's pause
+word, ``Vocab_Pause``) are dropped from the words (their scores still count in the sums). Blank
+lines are skipped, as SRILM does.
+
+Utterance ids come from file names: the folder part is dropped, then a ``.gz`` suffix, then one
+of the suffixes in :data:`ID_SUFFIXES` (``.nbest``, ``.score``, ``.txt``) if present; other dots
+are part of the id (``utt.1.nbest.gz`` is utterance ``utt.1``).
+
+A reader accepts one N-best file, a folder of them, or a file list (one path per line, relative
+paths relative to the list's folder). A folder is read through its ``nbest.list`` when it has
+one (the writers write it, to keep the utterance order), else all its visible files in name
+order. Writers (``srilm1``, ``srilm3``; ``srilm2`` would need word times, which the data model
+does not keep) write ``<folder>/<uttid>.nbest`` per utterance plus ``<folder>/nbest.list``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from rescorer.constants import BOS, BYTELOG_TO_LN, EOS, LN10
+from rescorer.errors import InputError
+from rescorer.formats._common import (
+    check_file_name,
+    check_finite,
+    check_nbest_fields,
+    first_content_line,
+    is_dir,
+    is_file,
+    lines,
+    parse_float,
+    score_or_fail,
+    shorten,
+)
+from rescorer.io import atomic_write
+from rescorer.nbest import Hypothesis, NBest, NBestList
+
+logger = logging.getLogger(__name__)
+
+HEADER1 = "NBestList1.0"
+HEADER2 = "NBestList2.0"
+PAUSE = "-pau-"
+NON_WORDS = frozenset({BOS, EOS, PAUSE})
+ID_SUFFIXES = (".nbest", ".score", ".txt")
+LIST_NAME = "nbest.list"
+WRITE_SUFFIX = ".nbest"
+# Fields per token in NBestList2.0: w ( st: S et: E g: G a: A )
+_FIELDS2 = 11
+
+
+def utt_id_from_path(path: Path) -> str:
+    """The utterance id of an N-best file (see the module docstring for what is stripped)."""
+    name = path.name
+    if name.endswith(".gz"):
+        name = name[:-3]
+    for suffix in ID_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+# --- line parsers: (tokens, path, line) -> Hypothesis ---------------------------------------
+
+
+def _paren_score(token: str, path: Path, line: int) -> float:
+    if len(token) < 3 or token[0] != "(" or token[-1] != ")":
+        raise InputError(f"expected '(score)' first, got {shorten(token)!r}", path, line)
+    return parse_float(token[1:-1], path, line, "bytelog score")
+
+
+def _words(tokens: list[str]) -> tuple[str, ...]:
+    return tuple(t for t in tokens if t not in NON_WORDS)
+
+
+def _parse1(tokens: list[str], path: Path, line: int) -> Hypothesis:
+    score = _paren_score(tokens[0], path, line)
+    return Hypothesis(_words(tokens[1:]), {"score": score * BYTELOG_TO_LN})
+
+
+_KEYS2 = {1: "(", 2: "st:", 4: "et:", 6: "g:", 8: "a:", 10: ")"}
+
+
+def _parse2(tokens: list[str], path: Path, line: int) -> Hypothesis:
+    total = _paren_score(tokens[0], path, line)
+    rest = tokens[1:]
+    if len(rest) % _FIELDS2:
+        raise InputError(
+            f"{len(rest)} fields after the score; expected groups of {_FIELDS2}: "
+            "w ( st: S et: E g: LM a: AC )",
+            path,
+            line,
+        )
+    words: list[str] = []
+    acoustic = lm = 0.0
+    prev_end = -math.inf
+    for i in range(0, len(rest), _FIELDS2):
+        group = rest[i : i + _FIELDS2]
+        for offset, key in _KEYS2.items():
+            if group[offset] != key:
+                raise InputError(
+                    f"token {i // _FIELDS2 + 1} ({shorten(group[0])!r}): expected {key!r}, "
+                    f"got {shorten(group[offset])!r}",
+                    path,
+                    line,
+                )
+        start = parse_float(group[3], path, line, "start time")
+        end = parse_float(group[5], path, line, "end time")
+        g = parse_float(group[7], path, line, "g: (LM bytelog)")
+        a = parse_float(group[9], path, line, "a: (acoustic bytelog)")
+        if start <= prev_end:
+            continue  # a phone or state inside the previous word
+        lm += g
+        acoustic += a
+        words.append(group[0])
+        prev_end = end
+    scores = {
+        "score": total * BYTELOG_TO_LN,
+        "acoustic": acoustic * BYTELOG_TO_LN,
+        "lm": lm * BYTELOG_TO_LN,
+    }
+    return Hypothesis(_words(words), scores)
+
+
+def _parse3(tokens: list[str], path: Path, line: int) -> Hypothesis:
+    if tokens[0].startswith("NBestList"):
+        raise InputError(f"{tokens[0]} header: this is not the 3-column format", path, line)
+    if len(tokens) < 3:
+        raise InputError("expected 'ascore lscore nwords w1 w2 ...'", path, line)
+    acoustic = parse_float(tokens[0], path, line, "acoustic log10 score")
+    lm = parse_float(tokens[1], path, line, "LM log10 score")
+    if not tokens[2].isascii() or not tokens[2].isdigit():
+        raise InputError(f"word count {shorten(tokens[2])!r} is not a whole number", path, line)
+    scores = {"acoustic": acoustic * LN10, "lm": lm * LN10, "nwords": float(int(tokens[2]))}
+    return Hypothesis(_words(tokens[3:]), scores)
+
+
+_FORMATS: dict[str, tuple[str | None, Callable[[list[str], Path, int], Hypothesis]]] = {
+    "srilm1": (HEADER1, _parse1),
+    "srilm2": (HEADER2, _parse2),
+    "srilm3": (None, _parse3),
+}
+
+
+def read_srilm_file(path: Path, fmt: str, utt_id: str | None = None) -> NBestList:
+    """One SRILM N-best file in format ``fmt`` (``srilm1``/``srilm2``/``srilm3``)."""
+    header, parse = _FORMATS[fmt]
+    path = Path(path)
+    hyps: list[Hypothesis] = []
+    seen_header = header is None
+    for lineno, line in lines(path):
+        tokens = line.split()
+        if not tokens:
+            continue
+        if not seen_header:
+            if tokens != [header]:
+                raise InputError(
+                    f"expected the header {header!r} for {fmt}, got {shorten(line)!r}",
+                    path,
+                    lineno,
+                )
+            seen_header = True
+            continue
+        hyps.append(parse(tokens, path, lineno))
+    if not seen_header:
+        raise InputError(f"empty file: no {header!r} header for {fmt}", path)
+    return NBestList(utt_id if utt_id is not None else utt_id_from_path(path), tuple(hyps))
+
+
+# --- which files --------------------------------------------------------------------------
+
+
+def looks_like_nbest_line(line: str) -> bool:
+    """Whether ``line`` reads as the first line of an N-best file rather than a file path."""
+    tokens = line.split()
+    if not tokens:
+        return False
+    if tokens[0] in (HEADER1, HEADER2) or tokens[0].startswith("("):
+        return True
+    if len(tokens) >= 3:
+        try:
+            float(tokens[0])
+            float(tokens[1])
+        except ValueError:
+            return False
+        return tokens[2].isascii() and tokens[2].isdigit()
+    return False
+
+
+def _read_list(list_path: Path) -> list[tuple[Path, Path | None, int | None]]:
+    out: list[tuple[Path, Path | None, int | None]] = []
+    for lineno, line in lines(list_path):
+        name = line.strip()
+        if not name:
+            continue
+        target = Path(name)
+        if not target.is_absolute():
+            target = list_path.parent / target
+        if not is_file(target):
+            raise InputError(f"listed N-best file {shorten(name)!r} not found", list_path, lineno)
+        out.append((target, list_path, lineno))
+    return out
+
+
+def input_files(path: Path) -> list[tuple[Path, Path | None, int | None]]:
+    """The N-best files behind ``path`` as ``(file, list_file, list_line)``.
+
+    ``path`` is a folder (read through its ``nbest.list`` if present, else every visible file
+    in name order), a file list, or one N-best file. A file is taken as a list when its first
+    non-blank line is not N-best content (a header, ``(score)`` or three numbers) but names an
+    existing file.
+    """
+    path = Path(path)
+    if is_dir(path):
+        if is_file(path / LIST_NAME):
+            return _read_list(path / LIST_NAME)
+        files = sorted(p for p in path.iterdir() if not p.name.startswith(".") and is_file(p))
+        if not files:
+            raise InputError("folder holds no N-best files", path)
+        return [(p, None, None) for p in files]
+    first = first_content_line(path)
+    if first is not None and not looks_like_nbest_line(first[1]):
+        name = first[1].strip()
+        target = Path(name) if Path(name).is_absolute() else path.parent / name
+        if is_file(target):
+            return _read_list(path)
+    return [(path, None, None)]
+
+
+def read_srilm(path: Path, fmt: str) -> NBest:
+    """Read SRILM N-best files in format ``fmt`` from a file, folder or file list."""
+    if fmt not in _FORMATS:
+        raise ValueError(f"unknown SRILM format {fmt!r}")
+    lists: list[NBestList] = []
+    where: dict[str, Path] = {}
+    for file, list_path, list_line in input_files(Path(path)):
+        utt_id = utt_id_from_path(file)
+        if not utt_id or any(ch.isspace() for ch in utt_id):
+            raise InputError(
+                f"cannot make an utterance id from file name {file.name!r}",
+                list_path or file,
+                list_line,
+            )
+        if utt_id in where:
+            raise InputError(
+                f"utterance id {utt_id!r} of {file} repeats that of {where[utt_id]}",
+                list_path or file,
+                list_line,
+            )
+        where[utt_id] = file
+        lists.append(read_srilm_file(file, fmt, utt_id))
+    return NBest(lists)
+
+
+def read_srilm1(path: Path) -> NBest:
+    """``NBestList1.0`` files: ``score`` (bytelog -> natural log)."""
+    return read_srilm(path, "srilm1")
+
+
+def read_srilm2(path: Path) -> NBest:
+    """``NBestList2.0`` files: ``score``, ``acoustic``, ``lm`` (bytelog -> natural log)."""
+    return read_srilm(path, "srilm2")
+
+
+def read_srilm3(path: Path) -> NBest:
+    """3-column files: ``acoustic``, ``lm`` (log10 -> natural log) and ``nwords`` (a count)."""
+    return read_srilm(path, "srilm3")
+
+
+# --- writers ------------------------------------------------------------------------------
+
+
+def _write_files(
+    nbest: NBest, path: Path, header: str | None, line: Callable[[Hypothesis, str, int], str]
+) -> None:
+    check_nbest_fields(nbest)
+    check_finite(nbest)
+    folder = Path(path)
+    names = []
+    for utt_id in nbest:
+        check_file_name(utt_id, "utterance id")
+        names.append(utt_id + WRITE_SUFFIX)  # the reader strips exactly this suffix again
+    for (utt_id, nb), name in zip(nbest.items(), names, strict=True):
+        with atomic_write(folder / name) as f:
+            if header is not None:
+                f.write(header + "\n")
+            for rank, hyp in enumerate(nb, start=1):
+                f.write(line(hyp, utt_id, rank) + "\n")
+    with atomic_write(folder / LIST_NAME) as f:
+        for name in names:
+            f.write(name + "\n")
+
+
+def write_srilm1(nbest: NBest, path: Path, *, score: str = "score") -> None:
+    """Write ``NBestList1.0`` files: ``(bytelog) words``, bytelog = round(score / BYTELOG_TO_LN).
+
+    Bytelogs are integers, so scores come back rounded to a multiple of ``BYTELOG_TO_LN``.
+    """
+
+    def line(hyp: Hypothesis, utt_id: str, rank: int) -> str:
+        value = score_or_fail(hyp.scores, score, utt_id, rank)
+        return " ".join((f"({round(value / BYTELOG_TO_LN)})", *hyp.words))
+
+    _write_files(nbest, path, HEADER1, line)
+
+
+def write_srilm3(nbest: NBest, path: Path, *, acoustic: str = "acoustic", lm: str = "lm") -> None:
+    """Write 3-column files: ``acoustic/LN10 lm/LN10 nwords words`` (log10 scores).
+
+    ``nwords`` is the hypothesis' ``nwords`` score when it has one (a whole number), else its
+    word count. Scores round-trip to within one unit in the last place (log10 conversion).
+    """
+
+    def line(hyp: Hypothesis, utt_id: str, rank: int) -> str:
+        a = score_or_fail(hyp.scores, acoustic, utt_id, rank) / LN10
+        g = score_or_fail(hyp.scores, lm, utt_id, rank) / LN10
+        n = hyp.scores.get("nwords", float(len(hyp.words)))
+        if n < 0 or n != int(n):
+            raise ValueError(f"hypothesis {rank} of {utt_id!r}: nwords {n} is not a count")
+        return " ".join((repr(a), repr(g), str(int(n)), *hyp.words))
+
+    _write_files(nbest, path, None, line)

@@ -1,0 +1,152 @@
+"""Building n-gram models with KenLM's ``lmplz`` and ``build_binary``.
+
+The programs are compiled from the kenlm source package by ``scripts/setup.sh`` into the
+project's cache and linked into the virtual environment's ``bin``. They are looked up in
+``$RESCORER_KENLM_BIN``, then next to the running interpreter, then on ``PATH``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BINARY_TYPES = ("trie", "probing")
+
+
+class KenLMToolError(RuntimeError):
+    """lmplz or build_binary is missing or failed."""
+
+
+def find_program(name: str) -> Path:
+    """Path of the KenLM program ``name`` (``lmplz`` or ``build_binary``)."""
+    candidates = []
+    env_dir = os.environ.get("RESCORER_KENLM_BIN")
+    if env_dir:
+        candidates.append(Path(env_dir) / name)
+    candidates.append(Path(sys.prefix) / "bin" / name)
+    for cand in candidates:
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which(name)
+    if found:
+        return Path(found)
+    raise KenLMToolError(
+        f"KenLM program {name!r} not found (looked in $RESCORER_KENLM_BIN, {sys.prefix}/bin and "
+        "PATH); run scripts/setup.sh to build it from the kenlm source package"
+    )
+
+
+@dataclass(frozen=True)
+class NgramOptions:
+    """Options for :func:`build_ngram`, mirroring lmplz's."""
+
+    # n-gram order (lmplz -o); KenLM is built with a maximum order of 6.
+    order: int = 4
+    # Count thresholds per order (lmplz --prune): n-grams of order i+1 seen <= prune[i] times
+    # are dropped. Unigrams cannot be pruned, so prune[0] must be 0. Empty: no pruning.
+    prune: tuple[int, ...] = ()
+    # Memory for lmplz's sort (lmplz -S), e.g. "2G" or "40%".
+    memory: str = "2G"
+    # Use lmplz's fallback discounts when the counts-of-counts cannot give them (tiny corpora).
+    discount_fallback: bool = False
+    # Binary format from build_binary ("trie" is compact, "probing" is fastest); None keeps ARPA.
+    binary: str | None = "trie"
+    # Turn <s>, </s> and <unk> in the text into whitespace (lmplz refuses them otherwise).
+    skip_symbols: bool = False
+    # Folder for lmplz's temporary files (default: next to the output).
+    temp_dir: Path | None = None
+    # Further lmplz arguments, passed as given.
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.order <= 6:
+            raise ValueError(f"order must be between 1 and 6 (KenLM's max), got {self.order}")
+        if self.prune:
+            if len(self.prune) > self.order:
+                raise ValueError(
+                    f"prune has {len(self.prune)} thresholds but the order is {self.order}"
+                )
+            if self.prune[0] != 0:
+                raise ValueError(f"unigrams cannot be pruned: prune[0] must be 0, got {self.prune}")
+            if any(b < a for a, b in zip(self.prune, self.prune[1:], strict=False)):
+                raise ValueError(f"prune thresholds must not decrease, got {self.prune}")
+        if self.binary is not None and self.binary not in BINARY_TYPES:
+            raise ValueError(f"binary must be one of {BINARY_TYPES} or None, got {self.binary!r}")
+
+
+def _run(cmd: Sequence[str], stdin_path: Path | None = None) -> None:
+    logger.info("running: %s", " ".join(map(str, cmd)))
+    stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        proc = subprocess.run(
+            [str(c) for c in cmd], stdin=stdin, capture_output=True, text=True, check=False
+        )
+    finally:
+        if stdin_path:
+            stdin.close()
+    for line in proc.stderr.splitlines():
+        if line.strip():
+            logger.debug("%s: %s", Path(cmd[0]).name, line)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        raise KenLMToolError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}):\n{tail}")
+
+
+def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramOptions()) -> Path:
+    """Train an n-gram on ``texts`` (one sentence per line, tokens split by spaces).
+
+    Writes ``out`` (ARPA when ``options.binary`` is None, else a KenLM binary) through a temp file
+    in the same folder, so a failed build leaves any earlier model in place. Returns ``out``.
+    """
+    texts = [Path(t) for t in texts]
+    if not texts:
+        raise ValueError("no training text given")
+    for t in texts:
+        if not t.is_file():
+            raise ValueError(f"training text not found: {t}")
+    lmplz = find_program("lmplz")
+    build_binary = find_program("build_binary") if options.binary else None
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(
+        prefix=".ngram-", dir=options.temp_dir or out.parent
+    ) as tmp_str:
+        tmp = Path(tmp_str)
+        if len(texts) == 1:
+            corpus = texts[0]
+        else:
+            corpus = tmp / "corpus.txt"
+            with open(corpus, "wb") as dst:
+                for t in texts:
+                    with open(t, "rb") as src:
+                        shutil.copyfileobj(src, dst)
+        arpa = tmp / "model.arpa"
+        cmd: list[str] = [str(lmplz), "-o", str(options.order), "-S", options.memory]
+        cmd += ["-T", str(tmp), "--arpa", str(arpa)]
+        if options.prune:
+            cmd += ["--prune", *map(str, options.prune)]
+        if options.discount_fallback:
+            cmd.append("--discount_fallback")
+        if options.skip_symbols:
+            cmd.append("--skip_symbols")
+        cmd += list(options.extra_args)
+        _run(cmd, stdin_path=corpus)
+        if build_binary is None:
+            result = arpa
+        else:
+            result = tmp / "model.bin"
+            _run([str(build_binary), "-S", options.memory, options.binary, str(arpa), str(result)])
+        staged = out.parent / f".{out.name}.tmp"
+        shutil.move(str(result), staged)
+        os.replace(staged, out)
+    logger.info("wrote %s (%.1f MiB)", out, out.stat().st_size / 2**20)
+    return out

@@ -1,0 +1,310 @@
+"""Tuning log-linear weights by direct minimisation of corpus word errors on a dev set.
+
+The objective is the exact number of word errors of the hypotheses the weights select, summed
+over the corpus. Along any search direction ``d`` from weights ``w`` each hypothesis score is a
+line ``a + t*b`` in the step ``t``; the selected hypothesis of an utterance follows the upper
+envelope of its lines, so the corpus error count is a step function of ``t`` whose breakpoints
+can be enumerated exactly (Och 2003, "Minimum error rate training"; SRILM's nbest-optimize does
+the same kind of search). We move to the middle of the best interval, cycle over coordinate and
+random directions until a sweep brings no gain (Powell-style), and repeat from random starts.
+
+Features are searched in a standardised space (each divided by its mean within-list standard
+deviation) so one step size and one restart range fit features of any scale; the anchor feature
+is held at weight 1 because the selection is invariant to scaling all weights together.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rescorer.combine import Weights, check_features, feature_matrix
+from rescorer.nbest import NBest
+from rescorer.wer import hypothesis_errors
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """Search settings for :func:`tune`."""
+
+    # Random restarts after the first search (which starts from `initial` or anchor-only).
+    restarts: int = 10
+    # Random directions tried in each sweep, besides the coordinate axes.
+    random_directions: int = 2
+    # Upper bound on sweeps per start (a start ends earlier when a sweep gains nothing).
+    max_sweeps: int = 25
+    # Seed of the random restarts and directions.
+    seed: int = 0
+    # Feature held at weight 1 (scale invariance); None: the first feature.
+    anchor: str | None = None
+    # Tune the word-count weight (False keeps it at the initial value, 0 by default).
+    tune_length: bool = True
+    # Half-width of the range of random start weights, in standardised units.
+    restart_range: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.restarts < 0 or self.random_directions < 0 or self.max_sweeps < 1:
+            raise ValueError(
+                "restarts and random_directions must be >= 0 and max_sweeps >= 1, got "
+                f"{self.restarts}, {self.random_directions}, {self.max_sweeps}"
+            )
+        if self.restart_range <= 0:
+            raise ValueError(f"restart_range must be > 0, got {self.restart_range}")
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One accepted line-search move."""
+
+    start: int
+    sweep: int
+    direction: str
+    errors_before: int
+    errors_after: int
+    step: float
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """Outcome of :func:`tune`."""
+
+    weights: Weights
+    # Corpus word errors of the tuned weights on the dev set, and of the initial weights.
+    errors: int
+    initial_errors: int
+    ref_words: int
+    # Errors of the best start found by each start (first = from the initial weights).
+    start_errors: tuple[int, ...]
+    trace: tuple[TraceStep, ...] = field(repr=False)
+    seconds: float = 0.0
+
+    @property
+    def wer(self) -> float:
+        return self.errors / self.ref_words if self.ref_words else 0.0
+
+
+class _Problem:
+    """Dev-set features and error counts, padded to ``(utterances, max_hyps)``."""
+
+    def __init__(self, feats: list[np.ndarray], errs: list[np.ndarray]):
+        n_utt = len(feats)
+        dim = feats[0].shape[1]
+        width = max(f.shape[0] for f in feats)
+        self.F = np.zeros((n_utt, width, dim))
+        self.E = np.zeros((n_utt, width), dtype=np.int64)
+        self.valid = np.zeros((n_utt, width), dtype=bool)
+        for u, (f, e) in enumerate(zip(feats, errs, strict=True)):
+            self.F[u, : len(f)] = f
+            self.E[u, : len(e)] = e
+            self.valid[u, : len(f)] = True
+        self.feats, self.errs = feats, errs
+
+    def errors(self, w: np.ndarray) -> int:
+        scores = np.where(self.valid, self.F @ w, -np.inf)  # (U, H)
+        pick = np.argmax(scores, axis=1)  # first maximum: earliest hypothesis wins ties
+        return int(self.E[np.arange(len(pick)), pick].sum())
+
+    def line_search(self, w: np.ndarray, d: np.ndarray) -> tuple[float, int]:
+        """The step ``t`` minimising errors of ``w + t*d``, and those errors."""
+        A = self.F @ w  # (U, H) intercepts
+        B = self.F @ d  # (U, H) slopes
+        base = 0
+        times: list[np.ndarray] = []
+        deltas: list[np.ndarray] = []
+        for u in range(A.shape[0]):
+            n = len(self.errs[u])
+            segs = _upper_envelope(A[u, :n], B[u, :n])
+            err = self.errs[u]
+            base += int(err[segs[0][1]])
+            if len(segs) > 1:
+                idx = np.array([s[1] for s in segs])
+                times.append(np.array([s[0] for s in segs[1:]]))
+                deltas.append(err[idx[1:]] - err[idx[:-1]])
+        if not times:
+            return 0.0, base
+        t = np.concatenate(times)
+        delta = np.concatenate(deltas)
+        order = np.argsort(t, kind="stable")
+        t, delta = t[order], delta[order]
+        # Interval i is (bounds[i-1], bounds[i]); errors there are base + cumsum up to i-1.
+        uniq, first = np.unique(t, return_index=True)
+        summed = np.add.reduceat(delta, first)
+        errors = base + np.concatenate([[0], np.cumsum(summed)])  # len(uniq) + 1 intervals
+        lo = np.concatenate([[-np.inf], uniq])
+        hi = np.concatenate([uniq, [np.inf]])
+        best = errors.min()
+        cands = np.flatnonzero(errors == best)
+        # Prefer the interval holding t = 0 (no move), else the one nearest to it.
+        dist = np.where((lo < 0) & (hi > 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
+        i = cands[np.argmin(dist[cands])]
+        if lo[i] < 0 < hi[i]:
+            return 0.0, int(best)
+        if np.isinf(lo[i]):
+            step = hi[i] - max(1.0, abs(hi[i])) * 0.5
+        elif np.isinf(hi[i]):
+            step = lo[i] + max(1.0, abs(lo[i])) * 0.5
+        else:
+            step = 0.5 * (lo[i] + hi[i])
+        return float(step), int(best)
+
+
+def _upper_envelope(a: np.ndarray, b: np.ndarray) -> list[tuple[float, int]]:
+    """Segments ``(t_start, index)`` of ``argmax_i a[i] + t*b[i]`` as t goes from -inf to inf.
+
+    Among lines equal over an interval the lowest index wins, as in reranking.
+    """
+    # At t -> -inf the smallest slope wins; then the largest intercept; then the lowest index.
+    cur = int(np.lexsort((np.arange(len(a)), -a, b))[0])
+    segs: list[tuple[float, int]] = [(-np.inf, cur)]
+    t_cur = -np.inf
+    while True:
+        steeper = np.flatnonzero(b > b[cur])
+        if len(steeper) == 0:
+            return segs
+        cross = (a[cur] - a[steeper]) / (b[steeper] - b[cur])
+        cross = np.maximum(cross, t_cur)
+        t_next = cross.min()
+        at = steeper[cross == t_next]
+        # Right after the crossing the steepest line leads; equal lines: lowest index.
+        top = at[b[at] == b[at].max()]
+        top = top[a[top] == a[top].max()]
+        cur = int(top.min())
+        segs.append((float(t_next), cur))
+        t_cur = t_next
+
+
+def tune(
+    nbest: NBest,
+    refs: Mapping[str, Sequence[str]],
+    features: Sequence[str],
+    options: TuneOptions = TuneOptions(),
+    initial: Weights | None = None,
+) -> TuneResult:
+    """Weights over ``features`` (+ length) minimising corpus word errors against ``refs``."""
+    t0 = time.perf_counter()
+    features = list(features)
+    if not features:
+        raise ValueError("need at least one feature to tune")
+    if len(set(features)) != len(features):
+        raise ValueError(f"features listed twice: {features}")
+    check_features(nbest, features)
+    anchor = options.anchor or features[0]
+    if anchor not in features:
+        raise ValueError(f"anchor {anchor!r} is not one of the features {features}")
+    errs_by_utt = hypothesis_errors(nbest, refs)
+    utts = [u for u in nbest if len(nbest[u]) > 0]
+    feats = [feature_matrix(nbest[u], features) for u in utts]
+    errs = [np.asarray(errs_by_utt[u], dtype=np.int64) for u in utts]
+    ref_words = int(sum(len(refs[u]) for u in nbest))
+    # Utterances without hypotheses add their reference words as deletions whatever the weights.
+    fixed_errors = sum(len(refs[u]) for u in nbest if len(nbest[u]) == 0)
+
+    dim = len(features) + 1
+    # Standardise: mean within-list standard deviation of each column (1 where it is constant).
+    scale = np.array([f.std(axis=0) for f in feats]).mean(axis=0)
+    scale[scale <= 1e-12] = 1.0
+    problem = _Problem([f / scale for f in feats], errs)
+    k_anchor = features.index(anchor)
+    free = [k for k in range(dim) if k != k_anchor and (k < dim - 1 or options.tune_length)]
+
+    def to_std(w: np.ndarray) -> np.ndarray:  # original weights -> standardised, anchor 1
+        v = w * scale
+        return v / v[k_anchor]
+
+    if initial is not None:
+        check = [n for n in initial.names if n not in features]
+        if check:
+            raise ValueError(f"initial weights name features not being tuned: {check}")
+        w0 = np.array([initial.features.get(n, 0.0) for n in features] + [initial.length])
+        if w0[k_anchor] <= 0:
+            raise ValueError(f"initial weight of the anchor {anchor!r} must be > 0")
+        w0 = to_std(w0)
+    else:
+        w0 = np.zeros(dim)
+        w0[k_anchor] = 1.0
+    initial_errors = problem.errors(w0) + fixed_errors
+
+    rng = np.random.default_rng(options.seed)
+    names = [*features, "length"]
+    trace: list[TraceStep] = []
+    best_w, best_err = w0.copy(), problem.errors(w0)
+    start_errors: list[int] = []
+    for start in range(options.restarts + 1):
+        if start == 0:
+            w = w0.copy()
+        else:
+            w = w0.copy()
+            w[free] = rng.uniform(-options.restart_range, options.restart_range, len(free))
+        err = problem.errors(w)
+        for sweep in range(options.max_sweeps):
+            improved = False
+            dirs: list[tuple[str, np.ndarray]] = []
+            for k in free:
+                d = np.zeros(dim)
+                d[k] = 1.0
+                dirs.append((names[k], d))
+            for r in range(options.random_directions if len(free) > 1 else 0):
+                d = np.zeros(dim)
+                d[free] = rng.normal(size=len(free))
+                dirs.append((f"random{r}", d / np.linalg.norm(d)))
+            for dname, d in dirs:
+                step, new_err = problem.line_search(w, d)
+                if new_err < err:
+                    trace.append(TraceStep(start, sweep, dname, err, new_err, step))
+                    logger.info(
+                        "start %d sweep %d %-10s errors %d -> %d (step %+.4g)",
+                        start,
+                        sweep,
+                        dname,
+                        err + fixed_errors,
+                        new_err + fixed_errors,
+                        step,
+                    )
+                    w = w + step * d
+                    err = new_err
+                    improved = True
+            if not improved:
+                break
+        start_errors.append(err + fixed_errors)
+        logger.info("start %d ends at %d errors", start, err + fixed_errors)
+        if err < best_err:
+            best_w, best_err = w.copy(), err
+    # Back to original units, anchor at weight 1.
+    w_orig = best_w / scale
+    w_orig = w_orig / w_orig[k_anchor]
+    weights = Weights(
+        {n: float(v) for n, v in zip(features, w_orig[:-1], strict=True)},
+        float(w_orig[-1]),
+        meta={
+            "dev_errors": best_err + fixed_errors,
+            "dev_ref_words": ref_words,
+            "dev_wer_percent": round(100 * (best_err + fixed_errors) / max(ref_words, 1), 4),
+            "initial_errors": initial_errors,
+            "anchor": anchor,
+            "restarts": options.restarts,
+            "seed": options.seed,
+        },
+    )
+    # The weights in original units must select the same hypotheses (a near-tie could flip).
+    check_err = _Problem(feats, errs).errors(weights.vector())
+    if check_err != best_err:
+        logger.warning(
+            "tuned weights give %d errors in original units vs %d in the search (near-tie)",
+            check_err + fixed_errors,
+            best_err + fixed_errors,
+        )
+    return TuneResult(
+        weights=weights,
+        errors=best_err + fixed_errors,
+        initial_errors=initial_errors,
+        ref_words=ref_words,
+        start_errors=tuple(start_errors),
+        trace=tuple(trace),
+        seconds=time.perf_counter() - t0,
+    )

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh machine for the toolkit.
+#
+#   - system packages for building KenLM (cmake, Boost, compression libs), via apt-get when missing
+#   - a virtual environment in .venv/ at the repository root
+#   - PyTorch, pinned to the CPU build when no torch is installed (a bare `torch` pulls GBs of CUDA)
+#   - KenLM's Python module and its lmplz/build_binary programs, both built from the kenlm source
+#     package on PyPI (pinned by version and sha256) into .cache/kenlm, which the project owns
+#   - the project itself (editable) with its dev extra
+#
+# Re-running it only does what is missing. Environment overrides:
+#   RESCORER_TORCH_SPEC   torch requirement to install when none is present (default torch==2.13.0+cpu)
+#   RESCORER_CACHE        where KenLM is downloaded and built (default .cache at the repository root)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+CACHE="${RESCORER_CACHE:-$ROOT/.cache}"
+KENLM_VERSION=0.3.0
+KENLM_URL="https://files.pythonhosted.org/packages/02/6e/f4e159cef39ea4ef2244b4aa32857d447d60a5d0ee269e1b1f8d3723c03e/kenlm-${KENLM_VERSION}.tar.gz"
+KENLM_SHA256=c4628bb9fb63c8a6f9240035b8b037385cfc404cb72e933cf48878291edac1e8
+TORCH_SPEC="${RESCORER_TORCH_SPEC:-torch==2.13.0+cpu}"
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+say() { echo "[setup] $*" >&2; }
+
+# --- system packages -------------------------------------------------------------------------
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v g++ >/dev/null || need_apt+=(g++)
+# (their CMake configs, which kenlm's CMakeLists looks for, come with the -dev packages)
+for lib in program_options thread system; do
+  compgen -G "/usr/lib/*/cmake/boost_${lib}-*" >/dev/null || need_apt+=("libboost-${lib//_/-}-dev")
+done
+# kenlm's CMakeLists asks for Boost.Test even when its tests are not built
+compgen -G "/usr/lib/*/cmake/boost_unit_test_framework-*" >/dev/null || need_apt+=(libboost-test-dev)
+[ -f /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
+[ -f /usr/include/bzlib.h ] || need_apt+=(libbz2-dev)
+[ -f /usr/include/lzma.h ] || need_apt+=(liblzma-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing system packages: ${need_apt[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    say "missing system packages: ${need_apt[*]} (install them, e.g. with apt-get, and re-run)"
+    exit 1
+  fi
+fi
+
+# --- virtual environment ---------------------------------------------------------------------
+if [ ! -x "$PY" ]; then
+  say "creating $VENV"
+  python3 -m venv "$VENV"
+fi
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+"$PY" -c "import setuptools, wheel" 2>/dev/null || pip_install setuptools wheel
+
+# --- torch, CPU build unless one is already there ----------------------------------------------
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  say "installing $TORCH_SPEC"
+  pip_install "$TORCH_SPEC" \
+    || pip_install --index-url https://download.pytorch.org/whl/cpu torch
+fi
+
+# --- KenLM source package ----------------------------------------------------------------------
+mkdir -p "$CACHE"
+TARBALL="$CACHE/kenlm-${KENLM_VERSION}.tar.gz"
+if ! echo "$KENLM_SHA256  $TARBALL" | sha256sum -c --status 2>/dev/null; then
+  say "downloading kenlm-${KENLM_VERSION} source package"
+  "$PY" - "$KENLM_URL" "$TARBALL.part" <<'PYEOF'
+import sys, urllib.request
+urllib.request.urlretrieve(sys.argv[1], sys.argv[2])
+PYEOF
+  mv "$TARBALL.part" "$TARBALL"
+  echo "$KENLM_SHA256  $TARBALL" | sha256sum -c --status \
+    || { say "sha256 mismatch for $TARBALL"; rm -f "$TARBALL"; exit 1; }
+fi
+
+# Python module (no build isolation: it would fetch cmake again; the system cmake is used)
+if ! "$PY" -c "import kenlm" 2>/dev/null; then
+  say "building the kenlm Python module"
+  pip_install --no-build-isolation "$TARBALL"
+fi
+
+# lmplz and build_binary
+KENLM_BIN="$CACHE/kenlm/bin"
+if [ ! -x "$KENLM_BIN/lmplz" ] || [ ! -x "$KENLM_BIN/build_binary" ]; then
+  say "building lmplz and build_binary"
+  SRC="$CACHE/kenlm/src"
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  tar -xzf "$TARBALL" -C "$SRC" --strip-components=1
+  mkdir -p "$SRC/build"
+  (cd "$SRC/build" \
+    && cmake .. -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >/dev/null \
+    && make -j"$JOBS" lmplz build_binary >/dev/null)
+  mkdir -p "$KENLM_BIN"
+  cp "$SRC/build/bin/lmplz" "$SRC/build/bin/build_binary" "$KENLM_BIN/"
+  rm -rf "$SRC"
+fi
+# The toolkit looks for the programs next to the interpreter (sys.prefix/bin) first.
+ln -sf "$KENLM_BIN/lmplz" "$VENV/bin/lmplz"
+ln -sf "$KENLM_BIN/build_binary" "$VENV/bin/build_binary"
+
+# --- the project -------------------------------------------------------------------------------
+STAMP="$VENV/.rescorer-installed"
+if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
+  say "installing the project (editable, with the dev extra)"
+  pip_install --no-build-isolation -e "$ROOT[dev]"
+  touch "$STAMP"
+fi
+say "ready: $VENV"
