@@ -279,7 +279,10 @@ def wer(
     per_utt: Path | None,
     summary: bool,
 ) -> None:
-    """Word error rate of hypotheses (or N-best lists) against references.
+    """Word error rate against references.
+
+    Scores a hypothesis text, or the first hypotheses of N-best lists (--oracle adds the best
+    achievable choice from the lists).
 
     \b
     Examples:
@@ -291,6 +294,8 @@ def wer(
         raise click.UsageError("give exactly one of --hyp or --nbest")
     if with_oracle and nbest_path is None:
         raise click.UsageError("--oracle needs --nbest")
+    if with_oracle and cer:
+        raise click.UsageError("--oracle is computed on words; drop --cer")
     unit = "char" if cer else "word"
     nbest = None
     if hyp_path is not None:
@@ -314,8 +319,6 @@ def wer(
             f.write(report.utterance_table() + "\n")
     if with_oracle:
         assert nbest is not None
-        if cer:
-            raise click.UsageError("--oracle is computed on words; drop --cer")
         orc = oracle(nbest, refs)
         _echo_report(f"oracle over {max(len(nb) for nb in nbest.values())}-best", orc.report)
     if compare_path is not None:
@@ -370,7 +373,10 @@ def tune_cmd(
     seed: int,
     out_path: Path,
 ) -> None:
-    """Tune log-linear weights on a dev set by minimising its word errors.
+    """Tune combination weights on a dev set.
+
+    Finds log-linear weights of the chosen features (and the word count) that minimise the
+    corpus word errors of the selected hypotheses; -v logs the search trace.
 
     \b
     Example:
@@ -449,7 +455,9 @@ def rescore(
     out_dir: Path,
     utt2spk: Path | None,
 ) -> None:
-    """Rerank N-best lists with tuned weights; write them and the new 1-best.
+    """Rerank N-best lists with tuned weights.
+
+    Writes the reranked lists and the new 1-best.
 
     With --ref, prints the WER of the first-pass 1-best and of the rescored 1-best, and tests
     the difference for significance.
@@ -462,6 +470,10 @@ def rescore(
     weights = Weights.load(weights_path)
     nbest = _load_nbest(nbest_path, fmt)
     refs = _load_refs(ref_path, ref_format, list(nbest)) if ref_path else None
+    # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
+    if utt2spk is not None and refs is None:
+        raise click.UsageError("--utt2spk is only used with --ref")
+    speakers = _load_speakers(utt2spk, list(nbest)) if refs is not None else None
     nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov)
     missing = [n for n in weights.names if n not in nbest.score_names()]
     if missing:
@@ -476,8 +488,9 @@ def rescore(
     write_kaldi_text(out_dir / "1best.txt", best)
     click.echo(f"wrote {out_dir / 'nbest.jsonl'} and {out_dir / '1best.txt'}")
     if refs is None:
+        # A WER report from an earlier run with references would no longer describe the output.
+        (out_dir / "wer.txt").unlink(missing_ok=True)
         return
-    speakers = _load_speakers(utt2spk, list(nbest))
     base = score_corpus(refs, one_best(nbest), speakers)
     new = score_corpus(refs, best, speakers)
     lines = [
@@ -514,7 +527,10 @@ def rescore(
 @click.option("--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True)
 @handle_errors
 def ppl(lm_spec: LMSpec, text_path: Path, text_format: str, lm_case: str) -> None:
-    """Perplexity of a language model on text (natural-log totals).
+    """Perplexity of a language model on text.
+
+    Totals are natural-log; OOV words are scored with the model's <unk>, and a second figure
+    leaves them out (SRILM's convention).
 
     \b
     Example:
@@ -621,7 +637,14 @@ def ngram_build(
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
 @handle_errors
 def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path) -> None:
-    """Convert N-best lists between formats (scores converted to the target's log base)."""
+    """Convert N-best lists between formats.
+
+    Scores are converted to the target format's log base or cost convention.
+
+    \b
+    Example:
+      rescorer convert --nbest DEV --to jsonl --out dev.jsonl
+    """
     nbest = _load_nbest(nbest_path, fmt)
     write_nbest(nbest, out_path, to_fmt)
     click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")

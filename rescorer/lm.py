@@ -46,6 +46,18 @@ class LanguageModel(Protocol):
         contexts: Sequence[Context | None] | None = None,
     ) -> list[np.ndarray]: ...
 
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        """Natural-log probability of each whole sentence, end-of-sentence included.
+
+        Equal to the sums of :meth:`token_logprobs` up to the model's arithmetic precision; a
+        model may compute it faster than the per-token values (rescoring needs only these).
+        """
+        ...
+
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Per sentence, a bool per word: True where the model scores it as unknown."""
         ...
@@ -171,37 +183,53 @@ class KenLM:
         contexts: Sequence[Context | None] | None = None,
     ) -> list[np.ndarray]:
         # Contexts are accepted for the common contract; an n-gram model ignores them.
-        fn = self._mapping(sentences)
-        mapped = [tuple(fn(w) for w in words) for words in sentences]
+        mapped = self._mapped(sentences)
+        if not mapped:
+            return []
+        # Visit sentences in sorted order and keep the states of the previous one: the prefix
+        # it shares with the next is not looked up again. pool[i] is the state after i words.
         order = sorted(range(len(mapped)), key=mapped.__getitem__)
-        model, State = self._model, self._kenlm.State
+        State = self._kenlm.State
+        pool = [State() for _ in range(max(map(len, mapped)) + 1)]
+        end = State()
+        self._model.BeginSentenceWrite(pool[0])
+        base_score = self._model.BaseScore
+        logps = [0.0] * len(pool)
         out: list[np.ndarray] = [np.empty(0)] * len(mapped)
-        # states[i] is the state after i words of `prev`; logps[i] the log10 prob of word i.
         prev: tuple[str, ...] = ()
-        states = [State()]
-        model.BeginSentenceWrite(states[0])
-        logps: list[float] = []
         for idx in order:
             words = mapped[idx]
-            shared = 0
-            limit = min(len(prev), len(words))
+            n = len(words)
+            shared, limit = 0, min(len(prev), n)
             while shared < limit and prev[shared] == words[shared]:
                 shared += 1
-            del states[shared + 1 :]
-            del logps[shared:]
-            for w in words[shared:]:
-                nxt = State()
-                logps.append(model.BaseScore(states[-1], w, nxt))
-                states.append(nxt)
-            end = State()
-            eos = model.BaseScore(states[-1], EOS, end)
-            out[idx] = self._ln(np.array([*logps, eos], dtype=np.float64))
+            for i in range(shared, n):
+                logps[i] = base_score(pool[i], words[i], pool[i + 1])
+            logps[n] = base_score(pool[n], EOS, end)
+            out[idx] = self._ln(np.array(logps[: n + 1], dtype=np.float64))
             prev = words
         return out
 
-    def sentence_logprob(self, words: Sequence[str]) -> float:
-        """Natural-log probability of one sentence, ``</s>`` included."""
-        return float(self.token_logprobs([words])[0].sum())
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        # KenLM's own loop in C++ is the fastest way to whole-sentence totals; it accumulates
+        # in single precision, so totals can differ from the token sums by ~1e-4 nats.
+        score = self._model.score
+        totals = np.fromiter(
+            (score(" ".join(words), bos=True, eos=True) for words in self._mapped(sentences)),
+            dtype=np.float64,
+            count=len(sentences),
+        )
+        return self._ln(totals)
+
+    def _mapped(self, sentences: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+        fn = self._mapping(sentences)
+        if self._case == "none":
+            return [tuple(words) for words in sentences]
+        return [tuple(fn(w) for w in words) for words in sentences]
 
     # -- streaming -------------------------------------------------------------------------------
     def start(self, context: Context | None = None) -> Any:
@@ -268,8 +296,7 @@ def sentence_scores(
     for start in range(0, len(sentences), batch_size):
         batch = sentences[start : start + batch_size]
         ctx = None if contexts is None else contexts[start : start + batch_size]
-        for i, lp in enumerate(lm.token_logprobs(batch, ctx)):
-            out[start + i] = float(lp.sum())
+        out[start : start + len(batch)] = lm.sentence_logprobs(batch, ctx)
         if progress is not None:
             progress(len(batch))
     return out

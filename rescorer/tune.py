@@ -289,6 +289,16 @@ def tune(
             "anchor": anchor,
             "restarts": options.restarts,
             "seed": options.seed,
+            "trace": [
+                [
+                    t.start,
+                    t.sweep,
+                    t.direction,
+                    t.errors_before + fixed_errors,
+                    t.errors_after + fixed_errors,
+                ]
+                for t in trace
+            ],
         },
     )
     # The weights in original units must select the same hypotheses (a near-tie could flip).

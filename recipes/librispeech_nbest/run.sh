@@ -68,12 +68,14 @@ if run_stage 2 && [ ! -s "$LM" ]; then
 fi
 
 # system name | features tuned on dev_clean | length weight
+# ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`)
 SYSTEMS=(
   "2_first_pass|decoder,ctc|--no-length"
-  "3_first_pass_4gram|decoder,ctc,4gram|--no-length"
-  "3b_first_pass_4gram_oov_length|decoder,ctc,4gram,4gram_oov|--length"
-  "4_all|decoder,ctc,lm,4gram|--length"
-  "4b_all_oov|decoder,ctc,lm,4gram,4gram_oov|--length"
+  "3_4gram|decoder,ctc,4gram,4gram_oov|--no-length"
+  "3a_4gram_logprob_only|decoder,ctc,4gram|--no-length"
+  "3b_4gram_length|decoder,ctc,4gram,4gram_oov|--length"
+  "4_all|decoder,ctc,lm,4gram,4gram_oov|--length"
+  "4a_all_logprob_only|decoder,ctc,lm,4gram|--length"
 )
 
 if run_stage 3; then

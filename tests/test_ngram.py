@@ -1,0 +1,97 @@
+"""Building n-grams with lmplz/build_binary through the library."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import kenlm
+import pytest
+
+from rescorer.ngram import KenLMToolError, NgramOptions, build_ngram, find_program
+
+
+def corpus(tmp_path: Path, n: int = 400) -> Path:
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(30)]
+    path = tmp_path / "text.txt"
+    path.write_text(
+        "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) for _ in range(n))
+        + "\n"
+    )
+    return path
+
+
+def arpa_counts(path: Path) -> dict[int, int]:
+    counts = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("ngram "):
+            order, count = line[6:].split("=")
+            counts[int(order)] = int(count)
+        if line.startswith("\\1-grams"):
+            break
+    return counts
+
+
+def test_arpa_has_every_word(tmp_path: Path) -> None:
+    out = build_ngram(
+        [corpus(tmp_path)],
+        tmp_path / "m.arpa",
+        NgramOptions(order=3, binary=None, discount_fallback=True),
+    )
+    counts = arpa_counts(out)
+    assert counts[1] == 30 + 3  # the words, <s>, </s>, <unk>
+    assert sorted(counts) == [1, 2, 3]
+    assert not list(tmp_path.glob(".ngram-*"))  # temp folder cleaned up
+
+
+def test_binary_loads_and_pruning_shrinks(tmp_path: Path) -> None:
+    text = corpus(tmp_path, 2000)
+    full = build_ngram(
+        [text], tmp_path / "full.arpa", NgramOptions(order=3, binary=None, discount_fallback=True)
+    )
+    pruned = build_ngram(
+        [text],
+        tmp_path / "pruned.arpa",
+        NgramOptions(order=3, binary=None, prune=(0, 0, 1), discount_fallback=True),
+    )
+    assert arpa_counts(pruned)[3] < arpa_counts(full)[3]
+    assert arpa_counts(pruned)[1] == arpa_counts(full)[1]
+    binary = build_ngram(
+        [text, text], tmp_path / "m.bin", NgramOptions(order=3, discount_fallback=True)
+    )
+    model = kenlm.Model(str(binary))
+    assert model.order == 3
+    assert "w3" in model and "zzz" not in model
+
+
+def test_failed_build_keeps_the_old_model(tmp_path: Path) -> None:
+    out = tmp_path / "m.arpa"
+    out.write_text("old model\n")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("a <unk> b\n")  # lmplz refuses <unk> in text without --skip_symbols
+    with pytest.raises(KenLMToolError, match="lmplz failed"):
+        build_ngram([bad], out, NgramOptions(order=2, binary=None, discount_fallback=True))
+    assert out.read_text() == "old model\n"
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="between 1 and 6"):
+        NgramOptions(order=7)
+    with pytest.raises(ValueError, match="unigrams cannot be pruned"):
+        NgramOptions(order=3, prune=(1, 1))
+    with pytest.raises(ValueError, match="must not decrease"):
+        NgramOptions(order=3, prune=(0, 2, 1))
+    with pytest.raises(ValueError, match="thresholds but the order"):
+        NgramOptions(order=2, prune=(0, 0, 1))
+    with pytest.raises(ValueError, match="binary must be one of"):
+        NgramOptions(binary="hash")
+
+
+def test_program_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert find_program("lmplz").name == "lmplz"
+    monkeypatch.setenv("RESCORER_KENLM_BIN", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr("sys.prefix", str(tmp_path))
+    with pytest.raises(KenLMToolError, match="scripts/setup.sh"):
+        find_program("lmplz")

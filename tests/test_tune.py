@@ -1,0 +1,152 @@
+"""The weight tuner: exact line search, envelope, recovery of known weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rescorer.combine import Weights, one_best
+from rescorer.nbest import Hypothesis, NBest, NBestList
+from rescorer.tune import TuneOptions, _Problem, _upper_envelope, tune
+from rescorer.wer import score_corpus
+
+
+def planted_problem(
+    n_utt: int = 150,
+    n_hyp: int = 8,
+    w_true: tuple[float, float] = (1.0, 0.5),
+    length_true: float = 0.0,
+    seed: int = 0,
+    vary_length: bool = False,
+) -> tuple[NBest, dict[str, tuple[str, ...]]]:
+    """Lists whose reference is the hypothesis that `w_true` ranks first.
+
+    Every other hypothesis differs from the reference in 1-3 words, so the true weights give
+    zero errors and most other weights do not.
+    """
+    rng = np.random.default_rng(seed)
+    lists, refs = [], {}
+    for u in range(n_utt):
+        utt = f"u{u:03d}"
+        base = [f"w{rng.integers(50)}" for _ in range(6)]
+        feats = rng.normal(size=(n_hyp, 2)) * [3.0, 5.0]
+        hyps_words = []
+        for h in range(n_hyp):
+            words = list(base)
+            for _ in range(1 + h % 3):
+                words[rng.integers(len(words))] = f"x{rng.integers(1000)}"
+            if vary_length and h % 3 == 1:
+                words = words[:-1]
+            elif vary_length and h % 3 == 2:
+                words = [*words, f"y{rng.integers(1000)}"]
+            hyps_words.append(tuple(words))
+        totals = feats @ np.array(w_true) + length_true * np.array([len(w) for w in hyps_words])
+        best = int(np.argmax(totals))
+        refs[utt] = hyps_words[best]
+        hyps = [
+            Hypothesis(w, {"am": float(f[0]), "lm": float(f[1])})
+            for w, f in zip(hyps_words, feats, strict=True)
+        ]
+        lists.append(NBestList(utt, hyps))
+    return NBest(lists), refs
+
+
+def test_recovers_planted_weights() -> None:
+    nbest, refs = planted_problem()
+    first = score_corpus(refs, one_best(nbest))
+    assert first.total.errors > 100  # the list order is not the planted ranking
+    result = tune(nbest, refs, ["am", "lm"], TuneOptions(restarts=3, tune_length=False))
+    assert result.errors == 0
+    assert (
+        result.initial_errors
+        == score_corpus(refs, one_best(nbest, Weights({"am": 1.0}))).total.errors
+    )
+    assert result.weights.features["am"] == pytest.approx(1.0)
+    # 150 lists of 8 pin the ratio down tightly.
+    assert result.weights.features["lm"] == pytest.approx(0.5, abs=0.03)
+    assert result.weights.length == 0.0
+    # The weights select exactly the references.
+    assert score_corpus(refs, one_best(nbest, result.weights)).total.errors == 0
+    assert result.trace and result.trace[-1].errors_after == 0
+
+
+def test_recovers_a_negative_length_weight() -> None:
+    nbest, refs = planted_problem(
+        n_utt=300, w_true=(1.0, 0.3), length_true=-1.5, seed=3, vary_length=True
+    )
+    without = tune(nbest, refs, ["am", "lm"], TuneOptions(restarts=2, tune_length=False))
+    assert without.errors > 0  # the planted ranking needs the length term
+    result = tune(nbest, refs, ["am", "lm"], TuneOptions(restarts=2))
+    assert result.errors == 0
+    assert result.weights.features["lm"] == pytest.approx(0.3, abs=0.05)
+    assert result.weights.length == pytest.approx(-1.5, abs=0.25)
+
+
+def test_line_search_is_exact_against_a_dense_grid() -> None:
+    rng = np.random.default_rng(7)
+    feats = [rng.normal(size=(rng.integers(1, 9), 3)) for _ in range(40)]
+    errs = [rng.integers(0, 5, size=len(f)) for f in feats]
+    problem = _Problem(feats, errs)
+    w = np.array([1.0, 0.2, -0.1])
+    d = np.array([0.0, 1.0, 0.5])
+    step, best = problem.line_search(w, d)
+    assert problem.errors(w + step * d) == best
+    grid = np.linspace(-20, 20, 20001)
+    assert best <= min(problem.errors(w + t * d) for t in grid[::10])
+    assert best <= problem.errors(w)
+
+
+def test_upper_envelope_matches_brute_force() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(1, 10))
+        a = rng.integers(-3, 4, size=n).astype(float)  # small integers: many ties
+        b = rng.integers(-3, 4, size=n).astype(float)
+        segs = _upper_envelope(a, b)
+        starts = [s[0] for s in segs]
+        assert starts == sorted(starts)
+        for t in rng.uniform(-10, 10, size=25):
+            k = max(i for i, s in enumerate(starts) if s <= t)
+            if k + 1 < len(starts) and abs(starts[k + 1] - t) < 1e-9:
+                continue  # exactly at a breakpoint
+            if abs(starts[k] - t) < 1e-9:
+                continue
+            vals = a + t * b
+            # the first index among the maxima, as reranking picks
+            assert segs[k][1] == int(np.flatnonzero(vals == vals.max())[0])
+
+
+def test_initial_weights_and_anchor() -> None:
+    nbest, refs = planted_problem(seed=5)
+    init = Weights({"am": 2.0, "lm": 1.0})  # the planted ratio, scaled
+    result = tune(nbest, refs, ["am", "lm"], TuneOptions(restarts=0, tune_length=False), init)
+    assert result.initial_errors == 0 and result.errors == 0
+    anchored = tune(
+        nbest, refs, ["am", "lm"], TuneOptions(restarts=1, anchor="lm", tune_length=False)
+    )
+    assert anchored.weights.features["lm"] == pytest.approx(1.0)
+    assert anchored.weights.features["am"] == pytest.approx(2.0, rel=0.08)
+
+
+def test_bad_arguments() -> None:
+    nbest, refs = planted_problem(n_utt=5)
+    with pytest.raises(ValueError, match="at least one feature"):
+        tune(nbest, refs, [])
+    with pytest.raises(ValueError, match="not on every hypothesis"):
+        tune(nbest, refs, ["am", "nope"])
+    with pytest.raises(ValueError, match="anchor"):
+        tune(nbest, refs, ["am"], TuneOptions(anchor="lm"))
+    with pytest.raises(ValueError, match="twice"):
+        tune(nbest, refs, ["am", "am"])
+    with pytest.raises(ValueError, match="max_sweeps"):
+        TuneOptions(max_sweeps=0)
+    with pytest.raises(ValueError, match="anchor 'am' must be > 0"):
+        tune(nbest, refs, ["am", "lm"], initial=Weights({"am": -1.0, "lm": 1.0}))
+
+
+def test_empty_lists_count_as_deletions() -> None:
+    nbest, refs = planted_problem(n_utt=20, seed=2)
+    lists = list(nbest.values()) + [NBestList("empty", ())]
+    refs = {**refs, "empty": ("one", "two", "three")}
+    result = tune(NBest(lists), refs, ["am", "lm"], TuneOptions(restarts=1, tune_length=False))
+    assert result.errors == 3
