@@ -19,6 +19,7 @@ from rescorer.combine import Weights, one_best, rerank
 from rescorer.errors import InputError, check_same_ids
 from rescorer.features import LMFeatureReport, add_lm_scores
 from rescorer.formats import READERS, WRITERS, detect_format, read_nbest, write_nbest
+from rescorer.io import atomic_write, read_lines
 from rescorer.lm import LOADERS, LanguageModel, LMSpec, load_lm
 from rescorer.nbest import NBest
 from rescorer.ngram import BINARY_TYPES, KenLMToolError, NgramOptions, build_ngram
@@ -313,8 +314,6 @@ def wer(
         click.echo(report.summary())
     _echo_report(label, report)
     if per_utt is not None:
-        from rescorer.io import atomic_write
-
         with atomic_write(per_utt) as f:
             f.write(report.utterance_table() + "\n")
     if with_oracle:
@@ -498,8 +497,6 @@ def rescore(
         f"{new.kaldi_line()} rescored",
         compare(base, new).summary(),
     ]
-    from rescorer.io import atomic_write
-
     with atomic_write(out_dir / "wer.txt") as f:
         f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
     click.echo("\n".join(lines))
@@ -537,8 +534,6 @@ def ppl(lm_spec: LMSpec, text_path: Path, text_format: str, lm_case: str) -> Non
       rescorer ppl --lm kenlm:4gram.bin --text DEV/references/ref_wer.trn --text-format trn
     """
     if text_format == "plain":
-        from rescorer.io import read_lines
-
         sentences = [tuple(line.split()) for _, line in read_lines(text_path) if line.strip()]
     else:
         sentences = list(read_references(text_path, text_format).values())
