@@ -1,0 +1,99 @@
+"""Turning encoded sentences into length-bucketed, padded training batches."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Example:
+    """One encoded sentence: model inputs (``<s> w1 .. wn``), targets (``w1 .. wn </s>``)."""
+
+    inputs: tuple[int, ...]
+    targets: tuple[int, ...]
+    # Context record of the sentence's document (e.g. {"genre": "news"}); None: no context.
+    record: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.inputs) != len(self.targets) or not self.inputs:
+            raise ValueError(
+                f"inputs and targets must have the same non-zero length, got "
+                f"{len(self.inputs)} and {len(self.targets)}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Padded tensors of a batch; positions beyond ``lengths`` hold ``pad_id``."""
+
+    inputs: torch.Tensor  # (N, T) long
+    targets: torch.Tensor  # (N, T) long
+    lengths: torch.Tensor  # (N,) long
+    records: tuple[Mapping[str, Any] | None, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+    def mask(self) -> torch.Tensor:
+        """(N, T) bool, True at real (non-padding) positions."""
+        steps = torch.arange(self.inputs.shape[1], device=self.lengths.device)
+        return steps[None, :] < self.lengths[:, None]
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(
+            self.inputs.to(device), self.targets.to(device), self.lengths.to(device), self.records
+        )
+
+
+def bucket_batches(
+    lengths: Sequence[int], batch_tokens: int, seed: int, shuffle: bool = True
+) -> list[list[int]]:
+    """Group example indices into batches of similar length.
+
+    Each batch holds at most ``batch_tokens`` padded tokens (``len(batch) * longest``), except that
+    a single example longer than that forms a batch of its own. Sorting by length (ties in random
+    order) keeps padding small; the order of batches is shuffled with ``seed``.
+    """
+    if batch_tokens < 1:
+        raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+    rng = random.Random(seed)
+    keys = [(n, rng.random() if shuffle else i) for i, n in enumerate(lengths)]
+    order = sorted(range(len(lengths)), key=keys.__getitem__)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for idx in order:
+        n = lengths[idx]
+        if current and max(longest, n) * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(idx)
+        longest = max(longest, n)
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def collate(examples: Sequence[Example], pad_id: int) -> Batch:
+    """Pad ``examples`` into one :class:`Batch`."""
+    if not examples:
+        raise ValueError("cannot collate an empty batch")
+    width = max(len(e) for e in examples)
+    inputs = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    targets = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    for row, ex in enumerate(examples):
+        inputs[row, : len(ex)] = torch.tensor(ex.inputs, dtype=torch.long)
+        targets[row, : len(ex)] = torch.tensor(ex.targets, dtype=torch.long)
+    lengths = torch.tensor([len(e) for e in examples], dtype=torch.long)
+    return Batch(inputs, targets, lengths, tuple(e.record for e in examples))

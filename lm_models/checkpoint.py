@@ -1,0 +1,222 @@
+"""Self-describing model checkpoints: a folder with config, vocabulary and safetensors weights.
+
+    <checkpoint>/
+      config.json        {"format": "rescorer-checkpoint", "format_version": 1,
+                          "model_type": "context_lstm", "config": {...}}
+      vocab.txt          one token per line, line i = token id i (UTF-8)
+      model.safetensors  the model's state dict (safetensors; never pickle)
+      training.json      optional free-form training metadata
+
+Loading reads the architecture from ``config.json`` and builds the model from
+:data:`MODEL_TYPES`; a model family registers itself there as ``name -> (ConfigClass,
+ModelClass)``, where ``ConfigClass`` has ``to_json()``/``from_json()``, has a ``vocab_size``, and
+``ModelClass(config)`` builds the model and keeps it as ``model.config``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from lm_models.lstm import ContextLSTM, LSTMConfig
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "rescorer-checkpoint"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "vocab.txt"
+WEIGHTS_FILE = "model.safetensors"
+TRAINING_FILE = "training.json"
+
+MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
+    "context_lstm": (LSTMConfig, ContextLSTM),
+}
+
+
+def _model_type(model: nn.Module) -> str:
+    for name, (_, model_cls) in MODEL_TYPES.items():
+        if type(model) is model_cls:
+            return name
+    raise ValueError(
+        f"cannot save a {type(model).__name__}: not a registered model type "
+        f"({', '.join(f'{k}: {v[1].__name__}' for k, v in MODEL_TYPES.items())})"
+    )
+
+
+def _check_vocab(tokens: Sequence[str], vocab_size: int) -> list[str]:
+    tokens = list(tokens)
+    if len(tokens) != vocab_size:
+        raise ValueError(
+            f"vocabulary has {len(tokens)} tokens but the model's vocab_size is {vocab_size}"
+        )
+    for i, tok in enumerate(tokens):
+        if not isinstance(tok, str) or not tok or "\n" in tok or "\r" in tok:
+            raise ValueError(
+                f"vocabulary token {i} ({tok!r}): expected a non-empty one-line string"
+            )
+    if len(set(tokens)) != len(tokens):
+        dups = sorted(t for t, n in Counter(tokens).items() if n > 1)
+        raise ValueError(f"vocabulary tokens must be distinct; repeated: {dups[:10]}")
+    return tokens
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    model: nn.Module,
+    vocab_tokens: Sequence[str],
+    training_meta: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` and its vocabulary (``vocab_tokens[i]`` is id i) as a checkpoint folder.
+
+    Everything is written to a temporary folder beside ``path`` and renamed into place, so a
+    crash never leaves a half-written checkpoint. An existing checkpoint at ``path`` is replaced;
+    any other existing file or non-empty folder there is an error.
+    """
+    path = Path(path)
+    model_type = _model_type(model)
+    config = model.config  # type: ignore[attr-defined]
+    tokens = _check_vocab(vocab_tokens, config.vocab_size)
+    replaceable = path.is_dir() and ((path / CONFIG_FILE).is_file() or not any(path.iterdir()))
+    if (path.exists() or path.is_symlink()) and not replaceable:
+        raise ValueError(f"{path}: exists and is not a checkpoint folder; not overwriting it")
+    header = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "model_type": model_type,
+        "config": config.to_json(),
+    }
+    try:
+        training_text = None if training_meta is None else json.dumps(training_meta, indent=2)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"training metadata is not JSON-serialisable: {exc}") from None
+    weights = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    old: Path | None = None
+    try:
+        (tmp / CONFIG_FILE).write_text(json.dumps(header, indent=2) + "\n", encoding="utf-8")
+        (tmp / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": FORMAT})
+        if training_text is not None:
+            (tmp / TRAINING_FILE).write_text(training_text + "\n", encoding="utf-8")
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            os.replace(path, old / path.name)
+        os.replace(tmp, path)
+    except BaseException:
+        if old is not None and not path.exists():
+            os.replace(old / path.name, path)  # put the previous checkpoint back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    logger.info("saved %s checkpoint to %s (%d tensors)", model_type, path, len(weights))
+    return path
+
+
+def _read_json(file: Path) -> Any:
+    if not file.is_file():
+        raise ValueError(f"{file}: missing (expected a {FORMAT} folder)")
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: not valid JSON: {exc}") from None
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], device: str | torch.device = "cpu"
+) -> tuple[nn.Module, list[str], dict[str, Any] | None]:
+    """Read a checkpoint folder -> (model in eval mode, vocabulary tokens, training metadata)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path}: not a checkpoint folder")
+    config_file = path / CONFIG_FILE
+    header = _read_json(config_file)
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        got = header.get("format") if isinstance(header, dict) else type(header).__name__
+        raise ValueError(f"{config_file}: expected format {FORMAT!r}, got {got!r}")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{config_file}: expected format_version {FORMAT_VERSION}, "
+            f"got {header.get('format_version')!r}"
+        )
+    model_type = header.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"{config_file}: unknown model_type {model_type!r}; expected one of {list(MODEL_TYPES)}"
+        )
+    config_cls, model_cls = MODEL_TYPES[model_type]
+    try:
+        config = config_cls.from_json(header.get("config"))  # type: ignore[attr-defined]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{config_file}: invalid config: {exc}") from None
+
+    vocab_file = path / VOCAB_FILE
+    if not vocab_file.is_file():
+        raise ValueError(f"{vocab_file}: missing")
+    try:
+        text = vocab_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{vocab_file}: not UTF-8: {exc}") from None
+    tokens = text.split("\n")
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    if len(tokens) != config.vocab_size:
+        raise ValueError(
+            f"{vocab_file}: has {len(tokens)} tokens but {CONFIG_FILE} says "
+            f"vocab_size={config.vocab_size}"
+        )
+
+    weights_file = path / WEIGHTS_FILE
+    if not weights_file.is_file():
+        raise ValueError(f"{weights_file}: missing")
+    try:
+        weights = load_file(str(weights_file), device=str(device))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ValueError(f"{weights_file}: unreadable safetensors file: {exc}") from None
+    model = model_cls(config)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise ValueError(
+            f"{weights_file}: tensors do not match the {model_type} config: "
+            f"missing {missing}, unexpected {unexpected}"
+        )
+    for name, tensor in weights.items():
+        if tuple(tensor.shape) != tuple(expected[name].shape):
+            raise ValueError(
+                f"{weights_file}: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                f"expected {tuple(expected[name].shape)}"
+            )
+        if not tensor.is_floating_point():
+            raise ValueError(f"{weights_file}: tensor {name!r} has dtype {tensor.dtype}")
+    dtypes = {t.dtype for t in weights.values()}
+    model.to(device=device, dtype=dtypes.pop() if len(dtypes) == 1 else None)
+    model.load_state_dict(weights, strict=True)
+    model.eval()
+
+    meta = None
+    training_file = path / TRAINING_FILE
+    if training_file.exists():
+        meta = _read_json(training_file)
+    logger.info("loaded %s checkpoint from %s", model_type, path)
+    return model, tokens, meta
