@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from rescorer.combine import Weights, one_best, rerank
+from rescorer.contexts import check_context_ids, read_contexts
 from rescorer.errors import InputError, check_same_ids
 from rescorer.features import LMFeatureReport, add_lm_scores
 from rescorer.formats import READERS, WRITERS, detect_format, read_nbest, write_nbest
@@ -181,6 +182,31 @@ def lm_options(fn: F) -> F:
     )(fn)
 
 
+def context_options(fn: F) -> F:
+    fn = click.option(
+        "--device",
+        default=None,
+        help="Device of torch models: cpu, cuda, cuda:1, ... (default: CUDA when available).",
+    )(fn)
+    return click.option(
+        "--context",
+        "context_path",
+        type=EXISTING_FILE,
+        default=None,
+        help="Context of each utterance for context-aware models: JSONL "
+        '{"utt": ID, "fields": {"genre": ...}} or TSV with a header utt<TAB>field...; '
+        "its ids must be exactly the utterances'. KenLM models ignore it.",
+    )(fn)
+
+
+def _load_contexts(path: Path | None, ids: Sequence[str]) -> dict[str, dict[str, str]] | None:
+    if path is None:
+        return None
+    contexts = read_contexts(path)
+    check_context_ids(ids, contexts, path)
+    return contexts
+
+
 def _load_nbest(path: Path, fmt: str) -> NBest:
     fmt = detect_format(path) if fmt == "auto" else fmt
     nbest = read_nbest(path, fmt)
@@ -207,16 +233,30 @@ def _load_speakers(path: Path | None, ids: Sequence[str]) -> dict[str, str] | No
 
 
 def _score_with_lms(
-    nbest: NBest, specs: Sequence[LMSpec], case: str, oov_feature: bool
+    nbest: NBest,
+    specs: Sequence[LMSpec],
+    case: str,
+    oov_feature: bool,
+    contexts: dict[str, dict[str, str]] | None = None,
+    device: str | None = None,
 ) -> tuple[NBest, list[LMFeatureReport]]:
     reports = []
+    options = {} if device is None else {"device": device}
     for spec in specs:
-        lm: LanguageModel = load_lm(spec, case=case)
+        lm: LanguageModel = load_lm(spec, case=case, **options)
         nbest, report = add_lm_scores(
-            nbest, lm, spec.name, progress=not _quiet(), oov_feature=oov_feature
+            nbest,
+            lm,
+            spec.name,
+            contexts=contexts,
+            progress=not _quiet(),
+            oov_feature=oov_feature,
         )
         reports.append(report)
         click.echo(report.describe(), err=True)
+        stats = getattr(lm, "stats", None)  # prefix sharing of torch models
+        if stats is not None and hasattr(stats, "describe"):
+            click.echo(f"{spec.name}: {stats.describe()}", err=True)
     return nbest, reports
 
 
@@ -335,6 +375,7 @@ def wer(
 @nbest_options
 @ref_options(required=True)
 @lm_options
+@context_options
 @click.option(
     "--features",
     type=CommaList(),
@@ -371,6 +412,8 @@ def tune_cmd(
     restarts: int,
     seed: int,
     out_path: Path,
+    context_path: Path | None = None,
+    device: str | None = None,
 ) -> None:
     """Tune combination weights on a dev set.
 
@@ -384,7 +427,8 @@ def tune_cmd(
     """
     nbest = _load_nbest(nbest_path, fmt)
     refs = _load_refs(ref_path, ref_format, list(nbest))
-    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov)
+    contexts = _load_contexts(context_path, list(nbest))
+    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     names = features or nbest.score_names()
     initial = Weights.load(init_path) if init_path else None
     if initial is not None and not length and initial.length != 0:
@@ -426,6 +470,7 @@ def tune_cmd(
 @nbest_options
 @ref_options(required=False)
 @lm_options
+@context_options
 @click.option(
     "--weights",
     "weights_path",
@@ -453,6 +498,8 @@ def rescore(
     weights_path: Path,
     out_dir: Path,
     utt2spk: Path | None,
+    context_path: Path | None = None,
+    device: str | None = None,
 ) -> None:
     """Rerank N-best lists with tuned weights.
 
@@ -473,7 +520,8 @@ def rescore(
     if utt2spk is not None and refs is None:
         raise click.UsageError("--utt2spk is only used with --ref")
     speakers = _load_speakers(utt2spk, list(nbest)) if refs is not None else None
-    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov)
+    contexts = _load_contexts(context_path, list(nbest))
+    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     missing = [n for n in weights.names if n not in nbest.score_names()]
     if missing:
         raise click.UsageError(
@@ -522,8 +570,16 @@ def rescore(
     help="plain: words only; kaldi: 'uttid words'; trn: sclite.",
 )
 @click.option("--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True)
+@context_options
 @handle_errors
-def ppl(lm_spec: LMSpec, text_path: Path, text_format: str, lm_case: str) -> None:
+def ppl(
+    lm_spec: LMSpec,
+    text_path: Path,
+    text_format: str,
+    lm_case: str,
+    context_path: Path | None = None,
+    device: str | None = None,
+) -> None:
     """Perplexity of a language model on text.
 
     Totals are natural-log; OOV words are scored with the model's <unk>, and a second figure
@@ -533,14 +589,22 @@ def ppl(lm_spec: LMSpec, text_path: Path, text_format: str, lm_case: str) -> Non
     Example:
       rescorer ppl --lm kenlm:4gram.bin --text DEV/references/ref_wer.trn --text-format trn
     """
+    if context_path is not None and text_format == "plain":
+        raise click.UsageError(
+            "--context needs utterance ids: use --text-format kaldi or trn (plain has none)"
+        )
+    contexts = None
     if text_format == "plain":
         sentences = [tuple(line.split()) for _, line in read_lines(text_path) if line.strip()]
     else:
-        sentences = list(read_references(text_path, text_format).values())
+        texts = read_references(text_path, text_format)
+        sentences = list(texts.values())
+        by_utt = _load_contexts(context_path, list(texts))
+        contexts = None if by_utt is None else [by_utt[utt] for utt in texts]
     if not sentences:
         raise InputFailure(f"{text_path}: no sentences")
-    lm = load_lm(lm_spec, case=lm_case)
-    logps = lm.token_logprobs(sentences)
+    lm = load_lm(lm_spec, case=lm_case, **({} if device is None else {"device": device}))
+    logps = lm.token_logprobs(sentences, contexts)
     flags = lm.oov_flags(sentences)
     oov = int(sum(f.sum() for f in flags))
     words = int(sum(len(f) for f in flags))
@@ -621,6 +685,53 @@ def ngram_build(
     )
     build_ngram(texts, out_path, options)
     click.echo(f"wrote {out_path} ({out_path.stat().st_size / 2**20:.1f} MiB)")
+
+
+# -- train --------------------------------------------------------------------------------------
+
+
+@main.command(name="train")
+@click.argument("config_path", metavar="CONFIG", type=EXISTING_FILE)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Output folder: best/ and last/ checkpoints, split.json.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Where corpus paths in the config are relative to (default: $RESCORER_DATA or "
+    "../shared/data).",
+)
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue from OUT/last when it exists.",
+)
+@handle_errors
+def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: bool) -> None:
+    """Train a context-aware LSTM language model from a JSON config.
+
+    The config has "data", "model" and "train" sections (see lm_models.train). The best
+    checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best.
+
+    \b
+    Example:
+      rescorer train brown_factor.json --out models/brown_factor
+    """
+    from lm_models.train import TrainConfig, train  # imported here: torch is heavy
+    from rescorer.data import default_data_dir
+
+    cfg = TrainConfig.load(config_path)
+    result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not _quiet())
+    click.echo(
+        f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "
+        f"checkpoint {out_dir / 'best'}"
+    )
 
 
 # -- convert ------------------------------------------------------------------------------------

@@ -258,8 +258,16 @@ def _load_kenlm(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
     return KenLM(spec.path, name=spec.name, case=options.get("case", "auto"))
 
 
+def _load_torch(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    # Imported here: torch is heavy, and `import rescorer` must not pull it in.
+    from rescorer.torch_lm import load_torch_lm
+
+    return load_torch_lm(spec, options)
+
+
 LOADERS: dict[str, Callable[[LMSpec, Mapping[str, Any]], LanguageModel]] = {
     "kenlm": _load_kenlm,
+    "torch": _load_torch,
 }
 """Model kind -> loader. Packages providing torch and onnx models add their entries here."""
 

@@ -1,0 +1,70 @@
+"""Perplexity per context value and generative classification (eq. 7)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lm_models.checkpoint import load_checkpoint
+from lm_models.corpora import read_jsonl, split_documents
+from lm_models.evaluate import classify, document_logprobs, perplexity
+from lm_models.train import train
+from lm_models.vocab import Vocabulary
+
+from .test_train import config, write_corpus
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("eval")
+    corpus = write_corpus(root / "c.jsonl", n_docs=60)
+    train(config(corpus, "factor", epochs=6), root, root / "out", progress=False)
+    return corpus, root / "out" / "best"
+
+
+def test_classification_finds_the_topic(trained: tuple[Path, Path]) -> None:
+    corpus, ckpt = trained
+    model, tokens, _ = load_checkpoint(ckpt)
+    vocab = Vocabulary(tokens)
+    _, dev, _ = split_documents(read_jsonl(corpus), (0.7, 0.3, 0.0), "topic", 0)
+    report = classify(model, vocab, dev, "topic", ["money", "sport"], CPU)
+    # Five sentences of mostly topic words: the topic is easy to tell.
+    assert report.accuracy >= 0.9
+    assert sum(map(sum, report.confusion)) == len(dev)
+    assert sum(report.confusion[i][i] for i in range(2)) == round(report.accuracy * len(dev))
+    # The locked scoring agrees with the dynamic model under each value.
+    for doc, pred in list(zip(dev, report.predictions, strict=True))[:4]:
+        scores = [
+            document_logprobs(model, vocab, [doc], [{"topic": v}], CPU)[0][0]
+            for v in ("money", "sport")
+        ]
+        assert pred == ("money", "sport")[int(np.argmax(scores))]
+    assert "money" in report.table()
+
+
+def test_perplexity_per_value_combines_to_the_total(trained: tuple[Path, Path]) -> None:
+    corpus, ckpt = trained
+    model, tokens, _ = load_checkpoint(ckpt)
+    vocab = Vocabulary(tokens)
+    docs = read_jsonl(corpus)[:10]
+    rep = perplexity(model, vocab, docs, "topic", CPU)
+    assert set(rep.per_value) == {"money", "sport"}
+    assert sum(n for _, n in rep.per_value.values()) == rep.tokens
+    log_total = sum(n * math.log(p) for p, n in rep.per_value.values())
+    assert math.exp(log_total / rep.tokens) == pytest.approx(rep.perplexity, rel=1e-9)
+    # tokens: every word plus one </s> per sentence
+    assert rep.tokens == sum(len(s) + 1 for d in docs for s in d.sentences)
+
+
+def test_unadapted_models_cannot_classify(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl", n_docs=10)
+    train(config(corpus, "unadapted", epochs=1), tmp_path, tmp_path / "u", progress=False)
+    model, tokens, _ = load_checkpoint(tmp_path / "u" / "best")
+    with pytest.raises(ValueError, match="unadapted"):
+        classify(model, Vocabulary(tokens), read_jsonl(corpus), "topic", ["a", "b"], CPU)
