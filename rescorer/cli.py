@@ -734,6 +734,94 @@ def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: b
     )
 
 
+# -- classify and inspect (context-aware neural models) ------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="A checkpoint folder of `rescorer train`.",
+)
+@click.option(
+    "--docs",
+    "docs_path",
+    type=EXISTING_FILE,
+    required=True,
+    help='Documents as JSONL: {"id": ..., "text": ..., "fields": {FIELD: value}}.',
+)
+@click.option("--field", required=True, help="The context field to classify by (e.g. genre).")
+@click.option("--device", default="cpu", show_default=True, help="torch device.")
+@handle_errors
+def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
+    """Classify documents by a context field with the LM (generative, uniform prior).
+
+    Each document goes to the field value under which the model gives it the highest
+    probability (Jaech & Ostendorf 2018, eq. 7). Prints accuracy and the confusion matrix.
+
+    \b
+    Example:
+      rescorer classify --model exp/factor/best --docs test.jsonl --field genre
+    """
+    import torch
+
+    from lm_models.checkpoint import load_checkpoint
+    from lm_models.corpora import read_jsonl
+    from lm_models.evaluate import classify as classify_docs
+    from lm_models.inspect_context import context_values
+    from lm_models.vocab import Vocabulary
+
+    model, tokens, _ = load_checkpoint(model_dir, device=device)
+    values = context_values(model, field)
+    docs = read_jsonl(docs_path)
+    report = classify_docs(model, Vocabulary(tokens), docs, field, values, torch.device(device))
+    click.echo(f"accuracy {100 * report.accuracy:.2f} % over {len(docs)} documents")
+    click.echo(report.table())
+
+
+@main.command(name="inspect")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="A checkpoint folder of `rescorer train`.",
+)
+@click.option("--field", required=True, help="Context field to inspect (e.g. genre).")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Boosted words to list per value.",
+)
+@click.option(
+    "--pca",
+    "pca_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a 2-D PCA plot of the context embeddings here (PNG).",
+)
+@handle_errors
+def inspect_cmd(model_dir: Path, field: str, top: int, pca_path: Path | None) -> None:
+    """Words each context value boosts most, and a PCA plot of the context embeddings.
+
+    \b
+    Example:
+      rescorer inspect --model exp/factor/best --field genre --top 8 --pca genres.png
+    """
+    from lm_models.checkpoint import load_checkpoint
+    from lm_models.inspect_context import context_pca, plot_pca, top_boosted_words
+
+    model, tokens, _ = load_checkpoint(model_dir)
+    for value, words in top_boosted_words(model, tokens, field, top).items():
+        click.echo(f"{value}: " + " ".join(w for w, _ in words))
+    if pca_path is not None:
+        plot_pca(context_pca(model, field), pca_path, f"context embeddings: {field}")
+        click.echo(f"wrote {pca_path}")
+
+
 # -- convert ------------------------------------------------------------------------------------
 
 

@@ -68,3 +68,29 @@ def test_unadapted_models_cannot_classify(tmp_path: Path) -> None:
     model, tokens, _ = load_checkpoint(tmp_path / "u" / "best")
     with pytest.raises(ValueError, match="unadapted"):
         classify(model, Vocabulary(tokens), read_jsonl(corpus), "topic", ["a", "b"], CPU)
+
+
+def test_classify_and_inspect_commands(trained: tuple[Path, Path], tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rescorer.cli import main
+
+    corpus, ckpt = trained
+    result = CliRunner().invoke(
+        main, ["classify", "--model", str(ckpt), "--docs", str(corpus), "--field", "topic"]
+    )
+    assert result.exit_code == 0, result.output
+    accuracy = float(result.output.split()[1])
+    assert accuracy >= 90.0 and "over 60 documents" in result.output
+    png = tmp_path / "pca.png"
+    result = CliRunner().invoke(
+        main, ["inspect", "--model", str(ckpt), "--field", "topic", "--top", "3", "--pca", str(png)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(": ", 1) for line in result.output.splitlines()[:2])
+    # Each topic boosts its own words (the corpus draws 60 % of words from them).
+    assert set(lines["sport"].split()) <= {"ball", "goal", "team", "score", "match"}
+    assert set(lines["money"].split()) <= {"bank", "price", "stock", "market", "fund"}
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    bad = CliRunner().invoke(main, ["inspect", "--model", str(ckpt), "--field", "genre"])
+    assert bad.exit_code == 2 and "no context variable 'genre'" in bad.output

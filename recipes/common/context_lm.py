@@ -27,6 +27,7 @@ import torch
 from lm_models.checkpoint import load_checkpoint
 from lm_models.corpora import chunk_documents, split_documents
 from lm_models.evaluate import classify, perplexity
+from lm_models.inspect_context import context_pca, plot_pca, top_boosted_words
 from lm_models.train import CORPUS_READERS, TrainConfig, resolve_device, train
 from lm_models.vocab import Vocabulary
 from rescorer.data import default_data_dir
@@ -180,10 +181,41 @@ def write_results(
             best_factor[0]["confusion_docs"],
             "```",
         ]
+    lines += inspection(recipe, spec)
     text = "\n".join(lines) + "\n"
     with atomic_write(recipe / "RESULTS.md") as f:
         f.write(text)
     return text
+
+
+def inspection(recipe: Path, spec: dict[str, Any]) -> list[str]:
+    """Table 5 (top boosted words) and Figure 6 (PCA) for the first FactorCell run."""
+    runs = sorted((recipe / "exp").glob("factor_seed*/best"))
+    if not runs:
+        return []
+    model, tokens, _ = load_checkpoint(runs[0])
+    field = spec["field"]
+    lines = [
+        "",
+        f"## Top boosted words of the softmax bias ({runs[0].parent.name}; Table 5)",
+        "",
+        f"| {field} | words with the largest bias increase over the mean of all values |",
+        "|---|---|",
+    ]
+    for value, words in top_boosted_words(model, tokens, field, 8).items():
+        lines.append(f"| {value} | {' '.join(w for w, _ in words)} |")
+    png = recipe / "context_pca.png"
+    pca = context_pca(model, field)
+    plot_pca(pca, png, f"{spec['title'].split(',')[0]}: {field} embeddings (PCA)")
+    lines += [
+        "",
+        f"## PCA of the {field} embeddings (Figure 6)",
+        "",
+        f"![PCA of the context embeddings]({png.name}) "
+        f"(first two components: {100 * pca.explained[0]:.0f}% and "
+        f"{100 * pca.explained[1]:.0f}% of the variance)",
+    ]
+    return lines
 
 
 def main() -> None:
