@@ -550,6 +550,63 @@ def rescore(
     click.echo("\n".join(lines))
 
 
+# -- score --------------------------------------------------------------------------------------
+
+
+@main.command()
+@nbest_options
+@lm_options
+@context_options
+@click.option(
+    "--ref",
+    "ref_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="References to store in the output (JSONL keeps them beside the lists).",
+)
+@click.option(
+    "--ref-format", type=click.Choice(["auto", "trn", "kaldi"]), default="auto", show_default=True
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the lists with the new features (JSONL).",
+)
+@handle_errors
+def score(
+    nbest_path: Path,
+    fmt: str,
+    lm_specs: tuple[LMSpec, ...],
+    lm_case: str,
+    lm_oov: bool,
+    context_path: Path | None,
+    device: str | None,
+    ref_path: Path | None,
+    ref_format: str,
+    out_path: Path,
+) -> None:
+    """Add LM scores to N-best lists as features, in the lists' own order.
+
+    Slow models are then run once: `tune` and `rescore` read the JSONL with the features in it
+    and need no --lm.
+
+    \b
+    Example:
+      rescorer score --nbest DEV --lm 4gram=kenlm:4gram.bin --lm lstm=torch:exp/lstm/best \\
+          --out dev.scored.jsonl
+    """
+    if not lm_specs:
+        raise click.UsageError("give at least one --lm to score with")
+    nbest = _load_nbest(nbest_path, fmt)
+    refs = _load_refs(ref_path, ref_format, list(nbest)) if ref_path else nbest.references
+    contexts = _load_contexts(context_path, list(nbest))
+    nbest, _ = _score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
+    write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
+    click.echo(f"wrote {len(nbest)} lists with features {list(nbest.score_names())} to {out_path}")
+
+
 # -- ppl ----------------------------------------------------------------------------------------
 
 

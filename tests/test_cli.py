@@ -868,3 +868,29 @@ def test_real_data_wer_and_oracle(espnet_dir: Path) -> None:
         f"%WER 3.61 [ 1840 / 50948, 160 ins, 155 del, 1525 sub ] {dev_other} (first hypotheses)",
         "%WER 1.76 [ 899 / 50948, 63 ins, 56 del, 780 sub ] oracle over 30-best",
     ]
+
+
+def test_score_then_tune_and_rescore_without_lm(
+    tmp_path: Path, espnet_factory: Factory, tiny_arpa: Path
+) -> None:
+    dev = espnet_factory(
+        "dev",
+        [("spk-1", [("b a", -1.0, -1.0, -1.0), ("a b", -2.0, -2.0, -2.0), ("a c b", -3, -3, -3)])],
+        {"spk-1": "a b"},
+    )
+    scored = tmp_path / "scored.jsonl"
+    ref = dev / "references" / "ref_wer.trn"
+    result = run(
+        ["score", "--nbest", dev, "--lm", f"x=kenlm:{tiny_arpa}", "--ref", ref, "--out", scored]
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = read_jsonl(scored)
+    assert [h["text"] for h in row["hyps"]] == ["b a", "a b", "a c b"]  # the lists' own order
+    assert row["hyps"][1]["scores"]["x"] == pytest.approx(-0.89897 * LN10, abs=1e-5)
+    assert row["ref"] == "a b"
+    weights = write_weights(tmp_path / "w.json", {"x": 1.0})
+    out = tmp_path / "out"
+    result = run(["rescore", "--nbest", scored, "--ref", ref, "--weights", weights, "--out", out])
+    assert result.exit_code == 0, result.output
+    assert (out / "1best.txt").read_text(encoding="utf-8") == "spk-1 a b\n"
+    assert run(["score", "--nbest", dev, "--out", scored]).exit_code == 2  # no --lm
