@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,13 @@ def prepare_data(cfg: TrainConfig, data_dir: Path) -> PreparedData:
     docs = CORPUS_READERS[dc.corpus](path, dc)
     if not docs:
         raise ValueError(f"{path}: no documents")
+    if dc.max_len is not None:  # every reader: sentences longer than max_len are cut
+        docs = [
+            d
+            if all(len(x) <= dc.max_len for x in d.sentences)
+            else replace(d, sentences=tuple(tuple(x[: dc.max_len]) for x in d.sentences))
+            for d in docs
+        ]
     train, dev, test = split_documents(docs, dc.split, dc.stratify_by, dc.split_seed)
     if not train or not dev:
         raise ValueError(f"split {dc.split} of {len(docs)} documents left train or dev empty")

@@ -9,7 +9,9 @@
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # ORDER (n-gram order, 4), PRUNE (lmplz thresholds, e.g. 0,0,1,1; default none), MEMORY (lmplz
-# sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0).
+# sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0), LSTM (1: also train a
+# word LSTM on the books and use it as a feature; 0: skip), LSTM_EVERY (train it on every n-th
+# book sentence, 5; its size is in conf/lstm.json).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,6 +23,8 @@ PRUNE=${PRUNE:-}
 MEMORY=${MEMORY:-4G}
 RESTARTS=${RESTARTS:-10}
 SEED=${SEED:-0}
+LSTM=${LSTM:-1}
+LSTM_EVERY=${LSTM_EVERY:-5}
 stage=0
 stop_stage=100
 while [ $# -gt 0 ]; do
@@ -67,8 +71,29 @@ if run_stage 2 && [ ! -s "$LM" ]; then
     "${prune_args[@]}" --memory "$MEMORY" --out "$LM"
 fi
 
+if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$EXP/lstm/best/model.safetensors" ]; then
+  log "stage 3: training the word LSTM (every ${LSTM_EVERY}th sentence of the books)"
+  awk -v n="$LSTM_EVERY" 'NR % n == 0' "$EXP/lm/books.txt" > "$EXP/lm/lstm_train.txt"
+  timed lstm "$RESCORER" train "$HERE/conf/lstm.json" --data-dir "$EXP/lm" --out "$EXP/lstm"
+fi
+
+if run_stage 4; then
+  lstm_args=()
+  [ "$LSTM" = 1 ] && lstm_args=(--lm "lstm=torch:$EXP/lstm/best")
+  for set in $SETS; do
+    out=$EXP/scored/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the 4-gram${lstm_args:+ and the LSTM}"
+    mkdir -p "$EXP/scored"
+    timed "score_$set" "$RESCORER" -q score --nbest "$NBEST/$set" \
+      --ref "$NBEST/$set/references/ref_wer.trn" --lm "4gram=kenlm:$LM" "${lstm_args[@]}" \
+      --out "$out"
+  done
+fi
+
 # system name | features tuned on dev_clean | length weight
-# ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`)
+# ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`;
+#  the LSTM's are `lstm` and `lstm_oov`)
 SYSTEMS=(
   "2_first_pass|decoder,ctc|--no-length"
   "3_4gram|decoder,ctc,4gram,4gram_oov|--no-length"
@@ -77,38 +102,45 @@ SYSTEMS=(
   "4_all|decoder,ctc,lm,4gram,4gram_oov|--length"
   "4a_all_logprob_only|decoder,ctc,lm,4gram|--length"
 )
+if [ "$LSTM" = 1 ]; then
+  SYSTEMS+=(
+    "3L_lstm|decoder,ctc,lstm,lstm_oov|--no-length"
+    "3M_4gram_lstm|decoder,ctc,4gram,4gram_oov,lstm,lstm_oov|--no-length"
+    "4L_all_lstm|decoder,ctc,lm,4gram,4gram_oov,lstm,lstm_oov|--length"
+  )
+fi
 
-if run_stage 3; then
+if run_stage 5; then
   for sys in "${SYSTEMS[@]}"; do
     IFS='|' read -r name feats length <<< "$sys"
     out=$EXP/$name/weights.json
     [ -s "$out" ] && continue
-    log "stage 3: tuning $name on dev_clean ($feats)"
+    log "stage 5: tuning $name on dev_clean ($feats)"
     mkdir -p "$EXP/$name"
-    timed "tune_$name" "$RESCORER" -q tune --nbest "$NBEST/dev_clean" \
-      --ref "$NBEST/dev_clean/references/ref_wer.trn" --lm "4gram=kenlm:$LM" \
+    timed "tune_$name" "$RESCORER" -q tune --nbest "$EXP/scored/dev_clean.jsonl" \
+      --ref "$NBEST/dev_clean/references/ref_wer.trn" \
       --features "$feats" "$length" --restarts "$RESTARTS" --seed "$SEED" --out "$out" \
       | tee "$EXP/$name/tune.log"
   done
 fi
 
-if run_stage 4; then
+if run_stage 6; then
   for sys in "${SYSTEMS[@]}"; do
     IFS='|' read -r name feats length <<< "$sys"
     for set in $SETS; do
       out=$EXP/$name/$set
       [ -s "$out/1best.txt" ] && continue
-      log "stage 4: rescoring $set with $name"
-      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$NBEST/$set" \
-        --ref "$NBEST/$set/references/ref_wer.trn" --lm "4gram=kenlm:$LM" \
+      log "stage 6: rescoring $set with $name"
+      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$EXP/scored/$set.jsonl" \
+        --ref "$NBEST/$set/references/ref_wer.trn" \
         --weights "$EXP/$name/weights.json" --out "$out" > "$out.log"
     done
   done
 fi
 
-if run_stage 5; then
-  log "stage 5: results table"
+if run_stage 7; then
+  log "stage 7: results table"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY"
 fi

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 from pathlib import Path
@@ -28,8 +29,19 @@ SYSTEMS = [
     ("3b", "  3 + length", "3b_4gram_length"),
     ("4", "all: decoder + ctc + ESPnet LM + our 4-gram + length", "4_all"),
     ("4a", "  ablation: 4-gram log-prob only, no OOV count", "4a_all_logprob_only"),
+    ("3L", "decoder + ctc + our word LSTM", "3L_lstm"),
+    ("3M", "decoder + ctc + our 4-gram + our word LSTM", "3M_4gram_lstm"),
+    ("4L", "all + our word LSTM", "4L_all_lstm"),
 ]
-COMPARISONS = [("2", "3"), ("2", "3a"), ("1", "4"), ("4a", "4")]
+COMPARISONS = [
+    ("2", "3"),
+    ("2", "3a"),
+    ("1", "4"),
+    ("4a", "4"),
+    ("3", "3L"),
+    ("3", "3M"),
+    ("4", "4L"),
+]
 
 
 def device() -> str:
@@ -75,6 +87,26 @@ def update_readme(readme: Path, results: str) -> None:
         f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
+def lstm_lines(exp: Path) -> list[str]:
+    """A line describing the word LSTM, when the recipe trained one."""
+    meta_path = exp / "lstm" / "best" / "training.json"
+    if not meta_path.exists():
+        return []
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    cfg = meta["config"]
+    log = json.loads((exp / "lstm" / "last" / "trainer.json").read_text(encoding="utf-8"))["log"]
+    tokens = sum(e["tokens"] for e in log)
+    seconds = sum(e["seconds"] for e in log)
+    return [
+        f"- Our word LSTM (rows 3L, 3M, 4L): Unadapted, e={cfg['model']['embed_dim']}, "
+        f"d={cfg['model']['hidden_dim']}, vocabulary {cfg['data']['vocab_size']:,}, trained on "
+        f"every 5th sentence of the same books for {len(log)} epoch(s) ({tokens:,} tokens, "
+        f"{seconds:.0f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}); "
+        f"dev perplexity {meta['dev_ppl']:.1f} (epoch {meta['epoch']}). Its features: `lstm`, "
+        "`lstm_oov`.",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--nbest", type=Path, required=True)
@@ -85,6 +117,9 @@ def main() -> None:
     ap.add_argument("--settings", default="")
     args = ap.parse_args()
 
+    systems = [x for x in SYSTEMS if x[2] is None or (args.exp / x[2] / "dev_other").is_dir()]
+    keys = {x[0] for x in systems}
+    comparisons = [(a, b) for a, b in COMPARISONS if a in keys and b in keys]
     reports: dict[tuple[str, str], WerReport] = {}
     oracles: dict[str, WerReport] = {}
     sizes: dict[str, tuple[int, int]] = {}
@@ -94,7 +129,7 @@ def main() -> None:
         sizes[s] = (len(nbest), max(len(nb) for nb in nbest.values()))
         reports[("1", s)] = score_corpus(refs, one_best(nbest))
         oracles[s] = oracle(nbest, refs).report
-        for key, _, folder in SYSTEMS[1:]:
+        for key, _, folder in systems[1:]:
             assert folder is not None
             reports[(key, s)] = score_corpus(
                 refs, read_kaldi_text(args.exp / folder / s / "1best.txt")
@@ -121,6 +156,7 @@ def main() -> None:
         f"{n_words:,} words); binary size {args.lm.stat().st_size / 2**20:.0f} MiB.",
         "- Weights tuned on dev_clean by direct minimisation of its word errors (`rescorer "
         "tune`), applied unchanged to dev_other. Row 1 is the list order ESPnet produced.",
+        *lstm_lines(args.exp),
         '- "Our 4-gram" is two features, as `--lm` adds them: its natural-log sentence '
         "probability (`4gram`) and the number of words it does not know (`4gram_oov`); the "
         "ablation rows drop the OOV count.",
@@ -128,7 +164,7 @@ def main() -> None:
         "| # | system | dev_clean WER % (tuning set) | dev_other WER % | dev_other errors |",
         "|---|---|---|---|---|",
     ]
-    for key, label, _ in SYSTEMS:
+    for key, label, _ in systems:
         rc, ro = reports[(key, "dev_clean")], reports[(key, "dev_other")]
         t = ro.total
         lines.append(
@@ -142,12 +178,12 @@ def main() -> None:
         f"{t.ins} ins) |"
     )
     lines += ["", "## Significance on dev_other (utterances as the paired unit)", ""]
-    for a, b in COMPARISONS:
+    for a, b in comparisons:
         cmp = compare(reports[(a, "dev_other")], reports[(b, "dev_other")], names=(a, b))
         lines += [f"### row {b} vs row {a}", "", "```", cmp.summary(), "```", ""]
     lines += ["## Tuned weights (anchor: decoder = 1)", ""]
     lines += ["| # | weights | dev_clean errors before -> after tuning |", "|---|---|---|"]
-    for key, _, folder in SYSTEMS[1:]:
+    for key, _, folder in systems[1:]:
         assert folder is not None
         w = Weights.load(args.exp / folder / "weights.json")
         ws = ", ".join(f"{n} {v:+.4g}" for n, v in w.features.items())
@@ -163,7 +199,7 @@ def main() -> None:
     update_readme(args.out.parent / "README.md", text)
     # The table itself on stdout for the person running the recipe.
     start = next(i for i, line in enumerate(lines) if line.startswith("| # | system"))
-    print("\n".join(lines[start : start + len(SYSTEMS) + 3]))
+    print("\n".join(lines[start : start + len(systems) + 3]))
     for key in ("1", "4"):
         print(f"{reports[(key, 'dev_other')].kaldi_line()} dev_other row {key}")
     print(f"wrote {args.out}")
