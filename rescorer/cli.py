@@ -682,6 +682,19 @@ def ppl(
             f"ppl excluding OOVs {math.exp(-known_total / known_tokens):.2f} "
             f"over {known_tokens} tokens"
         )
+    if contexts is not None:
+        # Perplexity per context value, for every field of the context records.
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, record in enumerate(contexts):
+            for field, value in (record or {}).items():
+                groups.setdefault((field, str(value)), []).append(i)
+        for (field, value), idx in sorted(groups.items()):
+            g_total = float(sum(logps[i].sum() for i in idx))
+            g_tokens = int(sum(len(logps[i]) for i in idx))
+            click.echo(
+                f"  {field}={value}: ppl {math.exp(-g_total / g_tokens):.2f} over {g_tokens} "
+                f"tokens, {len(idx)} sentences"
+            )
 
 
 # -- ngram --------------------------------------------------------------------------------------

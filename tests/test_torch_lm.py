@@ -350,6 +350,12 @@ def test_cli_ppl_with_context(tmp_path: Path, ckpt: Path, lm: TorchLM, cli_set: 
     ctx = expected_contexts()
     total = sum(lm.sentence_logprobs([REFS[u].split()], [ctx[u]])[0] for u in ("u1", "u2", "u3"))
     assert f"logprob (ln) {total:.2f} over 14 tokens" in result.output
+    # Per context value: u1 (news) has 6 words + </s>; speaker s1 covers u1 and u3.
+    news = lm.sentence_logprobs([REFS["u1"].split()], [ctx["u1"]])[0]
+    assert f"  genre=news: ppl {math.exp(-news / 7):.2f} over 7 tokens, 1 sentences" in (
+        result.output
+    )
+    assert "  speaker=s1: " in result.output and "over 10 tokens, 2 sentences" in result.output
     no_ctx = run(
         ["ppl", "--lm", f"torch:{ckpt}", "--text", cli_set["ref"], "--text-format", "kaldi"]
     )
