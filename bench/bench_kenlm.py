@@ -30,6 +30,7 @@ from rescorer.features import add_lm_scores
 from rescorer.formats import read_nbest
 from rescorer.io import atomic_write
 from rescorer.lm import KenLM, sentence_scores
+from rescorer.machine import cpu_name
 from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, tune
 
@@ -41,16 +42,6 @@ def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
         out = fn()
         best = min(best, time.perf_counter() - t0)
     return best, out
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import math
 import os
-import platform
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from lm_models.vocab import build_vocabulary
 from rescorer.data import REPO_ROOT, default_data_dir
 from rescorer.formats import read_nbest
 from rescorer.io import atomic_write
+from rescorer.machine import cpu_name
 from rescorer.torch_lm import TorchLM
 
 
@@ -44,16 +44,6 @@ def best_of(fn: Callable[[], object], repeat: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 @torch.no_grad()

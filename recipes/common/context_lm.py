@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import logging
 import os
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from lm_models.train import CORPUS_READERS, TrainConfig, resolve_device, train
 from lm_models.vocab import Vocabulary
 from rescorer.data import default_data_dir
 from rescorer.io import atomic_write
+from rescorer.machine import cpu_name
 
 MODES = ("unadapted", "softmax_bias", "concat", "factor")
 LABELS = {
@@ -41,16 +41,6 @@ LABELS = {
     "factor": "FactorCell",
 }
 log = logging.getLogger("context_lm")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def run_one(recipe: Path, spec: dict[str, Any], mode: str, seed: int, data_dir: Path) -> dict:

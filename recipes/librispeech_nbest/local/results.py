@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 from pathlib import Path
 
 from rescorer.combine import Weights, one_best
 from rescorer.formats import read_nbest
 from rescorer.io import atomic_write
+from rescorer.machine import describe_machine
 from rescorer.refs import read_kaldi_text, read_references
 from rescorer.significance import compare
 from rescorer.wer import WerReport, oracle, score_corpus
@@ -45,15 +44,7 @@ COMPARISONS = [
 
 
 def device() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, no GPU used (KenLM and the tuner run on the CPU)"
+    return f"{describe_machine()} (KenLM and the tuner run on the CPU)"
 
 
 def wall_time(exp: Path) -> str:
