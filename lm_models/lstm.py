@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("unadapted", "softmax_bias", "concat", "factor")
 FORGET_BIAS = 1.0  # the "+ 1.0" in f <- sigmoid(f + 1.0), Appendix A eq. 9
+FACTOR_INIT_STD = 0.02  # initial std of the FactorCell bases Z_L and Z_R
 LAYER_NORM_EPS = 1e-5
 
 # What the model accepts as context: an encoded batch ({name: tensor}, see encode_records), a
@@ -158,19 +159,53 @@ class AdaptedWeights:
     or None when they are shared by every sequence (no context, or a single context).
     """
 
-    layers: tuple[
-        tuple[Tensor, Tensor], ...
-    ]  # per layer: W' (3d, a) | (N, 3d, a), b' (3d,) | (N, 3d)
+    # per layer: W' (3d, a) | (N, 3d, a) | LowRankWeight, b' (3d,) | (N, 3d)
+    layers: tuple[tuple[Any, Tensor], ...]
     output_bias: Tensor  # b_out + Q c + one-hot biases: (V,) | (N, V)
     context: Tensor | None  # c: (1, k) | (N, k), None for an unadapted model
     rows: int | None
 
 
-def _times(x: Tensor, weight: Tensor) -> Tensor:
-    """x W^T for a shared W (out, in) or one W per sequence (N, out, in).
+@dataclass(frozen=True)
+class LowRankWeight:
+    """W' = W + A per sequence with the adaptation kept factored (eq. 3).
+
+    A^T = left @ right, left = c x_1 Z_L (N, a, r), right = Z_R x_3 c (N, r, 3d); W (3d, a) is
+    shared. Multiplying by it costs a*r + r*3d per sequence on top of the shared W, instead of
+    building an (N, 3d, a) tensor and a batched matmul: the training path for a batch of
+    sequences with different contexts. A single context is folded into W' instead.
+    """
+
+    W: Tensor  # (3d, a)
+    left: Tensor  # (N, a, r)
+    right: Tensor  # (N, r, 3d)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.left.shape[0], self.W.shape[0], self.W.shape[1])  # (N, 3d, a)
+
+    def split(self, i: int) -> tuple[LowRankWeight, LowRankWeight]:
+        """The weights of input columns [:i] and [i:] (the x and h halves of [x_t, h_{t-1}])."""
+        return (
+            LowRankWeight(self.W[:, :i], self.left[:, :i], self.right),
+            LowRankWeight(self.W[:, i:], self.left[:, i:], self.right),
+        )
+
+    def materialize(self) -> Tensor:
+        return self.W + torch.bmm(self.left, self.right).transpose(1, 2)  # (N, 3d, a)
+
+
+def _times(x: Tensor, weight: Tensor | LowRankWeight) -> Tensor:
+    """x W^T for a shared W (out, in), one W per sequence (N, out, in), or a LowRankWeight.
 
     x: (N, in) -> (N, out), or (N, T, in) -> (N, T, out).
     """
+    if isinstance(weight, LowRankWeight):
+        shared = F.linear(x, weight.W)
+        if x.dim() == 2:
+            low = torch.bmm(torch.bmm(x.unsqueeze(1), weight.left), weight.right)  # (N, 1, 3d)
+            return shared + low.squeeze(1)
+        return shared + torch.bmm(torch.bmm(x, weight.left), weight.right)  # (N, T, 3d)
     if weight.dim() == 2:
         return F.linear(x, weight)
     if x.dim() == 2:
@@ -227,8 +262,10 @@ class ContextLSTMCell(nn.Module):
             nn.init.uniform_(self.V, -bound, bound)
         if self.Z_L is not None and self.Z_R is not None:
             # Both small and random: zero in one would zero the other's gradient (A = Z_L Z_R).
-            nn.init.normal_(self.Z_L, std=0.1)
-            nn.init.normal_(self.Z_R, std=0.1)
+            # Small enough that A starts well below W (|A| ~ std^2 * k * sqrt(r) * |c|^2):
+            # with std 0.1 the adaptation swamped W at k=16 and training diverged.
+            nn.init.normal_(self.Z_L, std=FACTOR_INIT_STD)
+            nn.init.normal_(self.Z_R, std=FACTOR_INIT_STD)
 
     def adapted(self, c: Tensor | None) -> tuple[Tensor, Tensor]:
         """W' and b' for contexts c (N, k): eq. 2-4.
@@ -248,6 +285,15 @@ class ContextLSTMCell(nn.Module):
             weight = weight + adaptation  # eq. 4: W' = W + A                      (N, 3d, a)
         return weight, bias
 
+    def adapted_low_rank(self, c: Tensor) -> tuple[Tensor | LowRankWeight, Tensor]:
+        """As :meth:`adapted`, with the FactorCell's A kept factored (:class:`LowRankWeight`)."""
+        if self.Z_L is None or self.Z_R is None or self.V is None:
+            return self.adapted(c)
+        bias = self.b + c @ self.V.T  # eq. 2: b' = V c + b                          (N, 3d)
+        left = torch.einsum("nk,kar->nar", c, self.Z_L)  # c x_1 Z_L                   (N, a, r)
+        right = torch.einsum("rgk,nk->nrg", self.Z_R, c)  # Z_R x_3 c                  (N, r, 3d)
+        return LowRankWeight(self.W, left, right), bias
+
     def step(self, gates: Tensor, m_prev: Tensor) -> State:
         """Eq. 9 on pre-activations gates = W'[x_t, h_{t-1}] + b' (N, 3d); returns (h_t, m_t)."""
         if self.ln_gain is not None and self.ln_shift is not None:
@@ -265,15 +311,18 @@ class ContextLSTMCell(nn.Module):
         return h, m
 
     def forward(
-        self, x: Tensor, weight: Tensor, bias: Tensor, state: State
+        self, x: Tensor, weight: Tensor | LowRankWeight, bias: Tensor, state: State
     ) -> tuple[Tensor, State]:
         """Run the layer over a sequence. x (N, T, in), state (h0, m0) each (N, d).
 
         The input half of W'[x_t, h_{t-1}] is one batched matmul for all time steps; only the
         recurrent half runs in the time loop. Returns outputs (N, T, d) and (h_T, m_T).
         """
-        w_x = weight[..., : self.input_dim]  # (3d, in) | (N, 3d, in)
-        w_h = weight[..., self.input_dim :].contiguous()  # (3d, d) | (N, 3d, d)
+        if isinstance(weight, LowRankWeight):
+            w_x, w_h = weight.split(self.input_dim)
+        else:
+            w_x = weight[..., : self.input_dim]  # (3d, in) | (N, 3d, in)
+            w_h = weight[..., self.input_dim :].contiguous()  # (3d, d) | (N, 3d, d)
         if bias.dim() == 2:
             bias = bias.unsqueeze(1)  # (N, 1, 3d)
         gates_x = _times(x, w_x) + bias  # W'_x x_t + b' for every t              (N, T, 3d)
@@ -382,10 +431,11 @@ class ContextLSTM(nn.Module):
         # No context at all: the expected embedding is the same for every row, compute it once.
         n = self.context_encoder.batch_size(batch, batch_size) if batch else 1
         c = self.context_encoder(batch, n)  # (N, k)
-        layers = tuple(cell.adapted(c) for cell in self.cells)
         bias = self._output_bias(batch, c)
-        if n != 1:
-            return AdaptedWeights(layers, bias, c, n)
+        if n != 1:  # a context per sequence: keep the FactorCell's A factored (cheaper)
+            rows = tuple(cell.adapted_low_rank(c) for cell in self.cells)
+            return AdaptedWeights(rows, bias, c, n)
+        layers = tuple(cell.adapted(c) for cell in self.cells)
         # A single context: drop the leading axis so any batch size can share the weights.
         layers = tuple(
             (w.squeeze(0) if w.dim() == 3 else w, b.squeeze(0) if b.dim() == 2 else b)
