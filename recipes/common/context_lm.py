@@ -135,7 +135,7 @@ def write_results(
         "- Mean over seeds ± half the range (run-to-run spread).",
         "",
         "| model | test perplexity | accuracy, whole documents % | accuracy, "
-        f"{spec.get('chunk_sentences', '-')}-sentence chunks % | parameters |",
+        f"{spec.get('chunk_sentences') or 'no'}-sentence chunks % | parameters |",
         "|---|---|---|---|---|",
     ]
     for mode in MODES:
