@@ -9,8 +9,8 @@
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # ORDER (n-gram order, 4), PRUNE (lmplz thresholds, e.g. 0,0,1,1; default none), MEMORY (lmplz
-# sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0), LSTM (1: also train a
-# word LSTM on the books and use it as a feature; 0: skip), LSTM_EVERY (train it on every n-th
+# sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0), LSTM (0; 1: also train a
+# word LSTM on the books and use it as a feature), LSTM_EVERY (train it on every n-th
 # book sentence, 5; its size is in conf/lstm.json).
 set -euo pipefail
 
@@ -23,7 +23,7 @@ PRUNE=${PRUNE:-}
 MEMORY=${MEMORY:-4G}
 RESTARTS=${RESTARTS:-10}
 SEED=${SEED:-0}
-LSTM=${LSTM:-1}
+LSTM=${LSTM:-0}
 LSTM_EVERY=${LSTM_EVERY:-5}
 stage=0
 stop_stage=100
