@@ -106,6 +106,44 @@ class ClassificationReport:
         return "\n".join(rows)
 
 
+def value_scores(
+    model: ContextLSTM,
+    vocab: Vocabulary,
+    docs: Sequence[Document],
+    field: str,
+    values: Sequence[str],
+    device: torch.device,
+) -> np.ndarray:
+    """(documents, values): natural-log p(document | field = value), one locked model per value."""
+    if not model.adaptive:
+        raise ValueError("an unadapted model gives every value the same score: nothing to classify")
+    scores = np.zeros((len(docs), len(values)))
+    for j, value in enumerate(values):
+        locked = model.lock({field: value})
+        scores[:, j], _ = document_logprobs(locked, vocab, docs, [None] * len(docs), device)
+    return scores
+
+
+def report_from_scores(
+    scores: np.ndarray, truths: Sequence[str | None], values: Sequence[str]
+) -> ClassificationReport:
+    """Eq. 7 from a (texts, values) score matrix: argmax per row, uniform prior."""
+    index = {v: i for i, v in enumerate(values)}
+    pred = scores.argmax(axis=1)
+    confusion = np.zeros((len(values), len(values)), dtype=np.int64)
+    for row, (truth, p) in enumerate(zip(truths, pred, strict=True)):
+        t = index.get(truth) if truth is not None else None
+        if t is None:
+            raise ValueError(f"text {row} has the value {truth!r}, not one of {list(values)}")
+        confusion[t, p] += 1
+    return ClassificationReport(
+        values=tuple(values),
+        accuracy=float(np.trace(confusion)) / max(len(truths), 1),
+        confusion=tuple(tuple(int(c) for c in row) for row in confusion),
+        predictions=tuple(values[p] for p in pred),
+    )
+
+
 def classify(
     model: ContextLSTM,
     vocab: Vocabulary,
@@ -115,28 +153,5 @@ def classify(
     device: torch.device,
 ) -> ClassificationReport:
     """Eq. 7: argmax over ``values`` of p(document | value), uniform prior."""
-    if not model.adaptive:
-        raise ValueError("an unadapted model gives every value the same score: nothing to classify")
-    scores = np.zeros((len(docs), len(values)))
-    for j, value in enumerate(values):
-        locked = model.lock({field: value})
-        scores[:, j], _ = document_logprobs(locked, vocab, docs, [None] * len(docs), device)
-    pred = scores.argmax(axis=1)
-    index = {v: i for i, v in enumerate(values)}
-    confusion = np.zeros((len(values), len(values)), dtype=np.int64)
-    correct = 0
-    for d, p in zip(docs, pred, strict=True):
-        truth = index.get(d.fields.get(field, ""))
-        if truth is None:
-            raise ValueError(
-                f"document {d.doc_id} has {field}={d.fields.get(field)!r}, "
-                f"not one of the model's values {list(values)}"
-            )
-        confusion[truth, p] += 1
-        correct += int(truth == p)
-    return ClassificationReport(
-        values=tuple(values),
-        accuracy=correct / max(len(docs), 1),
-        confusion=tuple(tuple(int(c) for c in row) for row in confusion),
-        predictions=tuple(values[p] for p in pred),
-    )
+    scores = value_scores(model, vocab, docs, field, values, device)
+    return report_from_scores(scores, [d.fields.get(field) for d in docs], values)

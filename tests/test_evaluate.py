@@ -94,3 +94,23 @@ def test_classify_and_inspect_commands(trained: tuple[Path, Path], tmp_path: Pat
     assert png.read_bytes()[:4] == b"\x89PNG"
     bad = CliRunner().invoke(main, ["inspect", "--model", str(ckpt), "--field", "genre"])
     assert bad.exit_code == 2 and "no context variable 'genre'" in bad.output
+
+
+def test_documents_score_as_the_sum_of_their_sentences(trained: tuple[Path, Path]) -> None:
+    from lm_models.corpora import Document
+    from lm_models.evaluate import report_from_scores, value_scores
+
+    corpus, ckpt = trained
+    model, tokens, _ = load_checkpoint(ckpt)
+    vocab = Vocabulary(tokens)
+    docs = read_jsonl(corpus)[:6]
+    values = ["money", "sport"]
+    whole = value_scores(model, vocab, docs, "topic", values, CPU)
+    sentences = [
+        Document(f"{d.doc_id}#{i}", (s,), d.fields) for d in docs for i, s in enumerate(d.sentences)
+    ]
+    parts = value_scores(model, vocab, sentences, "topic", values, CPU)
+    summed = parts.reshape(len(docs), -1, len(values)).sum(axis=1)  # 5 sentences each
+    np.testing.assert_allclose(summed, whole, rtol=1e-9, atol=1e-6)
+    rep = report_from_scores(whole, [d.fields["topic"] for d in docs], values)
+    assert rep == classify(model, vocab, docs, "topic", values, CPU)

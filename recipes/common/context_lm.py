@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from lm_models.checkpoint import load_checkpoint
-from lm_models.corpora import chunk_documents, split_documents
-from lm_models.evaluate import classify, perplexity
+from lm_models.corpora import Document, split_documents
+from lm_models.evaluate import perplexity, report_from_scores, value_scores
 from lm_models.inspect_context import context_pca, plot_pca, top_boosted_words
 from lm_models.train import CORPUS_READERS, TrainConfig, resolve_device, train
 from lm_models.vocab import Vocabulary
@@ -91,14 +91,32 @@ def evaluate_run(recipe: Path, spec: dict[str, Any], info: dict, data_dir: Path)
     }
     if model.adaptive:
         values = list(next(v for v in model.config.context_vars if v.name == field).values)
-        docs_rep = classify(model, vocab, test, field, values, device)
+        # Score every test sentence under every value once; documents and chunks are sums.
+        sentences = [
+            Document(f"{d.doc_id}#{i}", (sent,), d.fields)
+            for d in test
+            for i, sent in enumerate(d.sentences)
+        ]
+        per_sentence = value_scores(model, vocab, sentences, field, values, device)
+        owner = np.repeat(np.arange(len(test)), [len(d.sentences) for d in test])
+        doc_scores = np.zeros((len(test), len(values)))
+        np.add.at(doc_scores, owner, per_sentence)
+        truths = [d.fields.get(field) for d in test]
+        docs_rep = report_from_scores(doc_scores, truths, values)
         res["acc_docs"] = docs_rep.accuracy
         res["confusion_docs"] = docs_rep.table()
         n_chunk = spec.get("chunk_sentences")
         if n_chunk:
-            chunks = chunk_documents(test, n_chunk, drop_last=True)
-            res["acc_chunks"] = classify(model, vocab, chunks, field, values, device).accuracy
-            res["n_chunks"] = len(chunks)
+            rows, chunk_truths, start = [], [], 0
+            for d in test:  # consecutive n_chunk-sentence chunks; a shorter tail is dropped
+                for k in range(len(d.sentences) // n_chunk):
+                    a = start + k * n_chunk
+                    rows.append(per_sentence[a : a + n_chunk].sum(axis=0))
+                    chunk_truths.append(d.fields.get(field))
+                start += len(d.sentences)
+            chunk_rep = report_from_scores(np.array(rows), chunk_truths, values)
+            res["acc_chunks"] = chunk_rep.accuracy
+            res["n_chunks"] = len(rows)
     res["eval_s"] = time.perf_counter() - t0
     res["n_test_docs"] = len(test)
     cached.write_text(json.dumps(res, indent=2) + "\n")
