@@ -153,7 +153,12 @@ def write_results(
         "- Mean over seeds ± half the range (run-to-run spread).",
         "",
         "| model | test perplexity | accuracy, whole documents % | accuracy, "
-        f"{spec.get('chunk_sentences') or 'no'}-sentence chunks % | parameters |",
+        + (
+            f"{spec['chunk_sentences']}-sentence chunks %"
+            if spec.get("chunk_sentences")
+            else "chunks % (documents are one sentence)"
+        )
+        + " | parameters |",
         "|---|---|---|---|---|",
     ]
     for mode in MODES:
