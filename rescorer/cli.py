@@ -210,6 +210,8 @@ def _load_contexts(path: Path | None, ids: Sequence[str]) -> dict[str, dict[str,
 def _load_nbest(path: Path, fmt: str) -> NBest:
     fmt = detect_format(path) if fmt == "auto" else fmt
     nbest = read_nbest(path, fmt)
+    if len(nbest) == 0:
+        raise InputError("no N-best lists in it", path)
     logger.info("read %r from %s (%s)", nbest, path, fmt)
     return nbest
 
@@ -529,7 +531,7 @@ def rescore(
             f"models provide (have: {list(nbest.score_names())})"
         )
     reranked = rerank(nbest, weights)
-    best = {utt: (nb.hyps[0].words if len(nb) else ()) for utt, nb in reranked.items()}
+    best = one_best(reranked)  # the reranked lists' first hypotheses
     out_dir.mkdir(parents=True, exist_ok=True)
     write_nbest(NBest(list(reranked.values()), refs), out_dir / "nbest.jsonl", "jsonl")
     write_kaldi_text(out_dir / "1best.txt", best)
@@ -557,16 +559,7 @@ def rescore(
 @nbest_options
 @lm_options
 @context_options
-@click.option(
-    "--ref",
-    "ref_path",
-    type=EXISTING_FILE,
-    default=None,
-    help="References to store in the output (JSONL keeps them beside the lists).",
-)
-@click.option(
-    "--ref-format", type=click.Choice(["auto", "trn", "kaldi"]), default="auto", show_default=True
-)
+@ref_options(required=False)
 @click.option(
     "--out",
     "out_path",
@@ -846,6 +839,8 @@ def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
     model, tokens, _ = load_checkpoint(model_dir, device=device)
     values = context_values(model, field)
     docs = read_jsonl(docs_path)
+    if not docs:
+        raise InputError("no documents in it", docs_path)
     report = classify_docs(model, Vocabulary(tokens), docs, field, values, torch.device(device))
     click.echo(f"accuracy {100 * report.accuracy:.2f} % over {len(docs)} documents")
     click.echo(report.table())

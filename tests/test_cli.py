@@ -894,3 +894,15 @@ def test_score_then_tune_and_rescore_without_lm(
     assert result.exit_code == 0, result.output
     assert (out / "1best.txt").read_text(encoding="utf-8") == "spk-1 a b\n"
     assert run(["score", "--nbest", dev, "--out", scored]).exit_code == 2  # no --lm
+
+
+def test_empty_inputs_are_errors(tmp_path: Path, tiny_arpa: Path) -> None:
+    empty = write(tmp_path / "empty.jsonl", "")
+    for args in (
+        ["score", "--nbest", empty, "--lm", f"kenlm:{tiny_arpa}", "--out", tmp_path / "o.jsonl"],
+        ["convert", "--nbest", empty, "--to", "kaldi", "--out", tmp_path / "k"],
+    ):
+        result = run(args)
+        assert result.exit_code == 2, result.output
+        assert f"{empty}: no N-best lists in it" in result.output
+    assert not (tmp_path / "o.jsonl").exists()

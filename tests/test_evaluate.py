@@ -114,3 +114,19 @@ def test_documents_score_as_the_sum_of_their_sentences(trained: tuple[Path, Path
     np.testing.assert_allclose(summed, whole, rtol=1e-9, atol=1e-6)
     rep = report_from_scores(whole, [d.fields["topic"] for d in docs], values)
     assert rep == classify(model, vocab, docs, "topic", values, CPU)
+
+
+def test_classify_command_refuses_empty_documents(
+    trained: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from rescorer.cli import main
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    _, ckpt = trained
+    result = CliRunner().invoke(
+        main, ["classify", "--model", str(ckpt), "--docs", str(empty), "--field", "topic"]
+    )
+    assert result.exit_code == 2 and "no documents in it" in result.output
