@@ -4,6 +4,10 @@
   a context value, i.e. the largest entries of (Q c_v + B[v]) minus their mean over the values --
   the part of eq. 6's bias that the value adds to the unigram distribution.
 - PCA of the learned context embeddings c_v (Figure 6), projected to two dimensions.
+- How far the context moves the recurrent layer: ||A||/||W|| (FactorCell, eq. 3-4) and
+  ||Vc||/||b|| (ConcatCell and FactorCell, eq. 2) per value and layer. The paper's rank r "controls
+  the extent to which the model relies on the generic weight matrix W"; a ratio far above 1 means
+  W' is effectively a separate matrix per value (each trained on its share of the data only).
 """
 
 from __future__ import annotations
@@ -52,6 +56,33 @@ def top_boosted_words(
             (vocab_tokens[j], float(boost[i, j])) for j in order if vocab_tokens[j] not in special
         ]
         out[value] = words[:k]
+    return out
+
+
+@dataclass(frozen=True)
+class AdaptationNorms:
+    value: str
+    # Per layer: Frobenius norm of the FactorCell's A over that of the generic W (0 otherwise).
+    weight_ratio: tuple[float, ...]
+    # Per layer: norm of the context bias V c over that of the generic bias b (0 if unadapted).
+    bias_ratio: tuple[float, ...]
+
+
+@torch.no_grad()
+def adaptation_norms(model: ContextLSTM, field: str) -> list[AdaptationNorms]:
+    """||A|| / ||W|| and ||Vc|| / ||b|| of each layer for each value of ``field``."""
+    if not model.adaptive:
+        raise ValueError("an unadapted model has no context-dependent recurrent weights")
+    out = []
+    for value in context_values(model, field):
+        adapted = model.adapt([{field: value}])
+        weight_ratio, bias_ratio = [], []
+        for cell, (weight, bias) in zip(model.cells, adapted.layers, strict=True):
+            w_norm = float(cell.W.norm())
+            b_norm = float(cell.b.norm())
+            weight_ratio.append(float((weight - cell.W).norm()) / w_norm if w_norm else 0.0)
+            bias_ratio.append(float((bias - cell.b).norm()) / b_norm if b_norm else float("inf"))
+        out.append(AdaptationNorms(value, tuple(weight_ratio), tuple(bias_ratio)))
     return out
 
 

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from lm_models.context import ContextVariable
-from lm_models.inspect_context import context_pca, plot_pca, top_boosted_words
+from lm_models.inspect_context import (
+    adaptation_norms,
+    context_pca,
+    plot_pca,
+    top_boosted_words,
+)
 from lm_models.lstm import ContextLSTM, LSTMConfig
 
 GENRE = ContextVariable.categorical(
@@ -63,3 +68,28 @@ def test_pca_keeps_distances_of_planar_embeddings(tmp_path: Path) -> None:
     assert sum(pca.explained) == pytest.approx(1.0)
     out = plot_pca(pca, tmp_path / "pca.png", "genres")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_adaptation_norms_scale_with_the_bases() -> None:
+    m = model("factor")
+    with torch.no_grad():
+        for cell in m.cells:
+            cell.Z_L.zero_()
+    zero = adaptation_norms(m, "genre")
+    assert all(r.weight_ratio == (0.0,) for r in zero)  # Z_L = 0: W' = W (ConcatCell)
+    assert all(r.bias_ratio[0] > 0 for r in zero)  # V c still moves the bias
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for cell in m.cells:
+            cell.Z_L.normal_(std=0.1)
+    once = adaptation_norms(m, "genre")
+    with torch.no_grad():
+        for cell in m.cells:
+            cell.Z_L.mul_(3.0)  # A is linear in Z_L (eq. 3)
+    thrice = adaptation_norms(m, "genre")
+    for a, b in zip(once, thrice, strict=True):
+        assert a.weight_ratio[0] > 0
+        assert b.weight_ratio[0] == pytest.approx(3.0 * a.weight_ratio[0], rel=1e-5)
+        assert b.bias_ratio == a.bias_ratio
+    with pytest.raises(ValueError, match="unadapted"):
+        adaptation_norms(model("unadapted"), "genre")

@@ -77,17 +77,22 @@ if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$EXP/lstm/best/model.safetensors" ]
   timed lstm "$RESCORER" train "$HERE/conf/lstm.json" --data-dir "$EXP/lm" --out "$EXP/lstm"
 fi
 
+# Scored N-best lists: the LSTM adds two columns, so runs with and without it keep separate files.
+SCORED=$EXP/scored
+[ "$LSTM" = 1 ] && SCORED=$EXP/scored_lstm
+
 if run_stage 4; then
   lstm_args=()
   [ "$LSTM" = 1 ] && lstm_args=(--lm "lstm=torch:$EXP/lstm/best")
   for set in $SETS; do
-    out=$EXP/scored/$set.jsonl
+    out=$SCORED/$set.jsonl
     [ -s "$out" ] && continue
     log "stage 4: scoring $set with the 4-gram${lstm_args:+ and the LSTM}"
-    mkdir -p "$EXP/scored"
+    mkdir -p "$SCORED"
     timed "score_$set" "$RESCORER" -q score --nbest "$NBEST/$set" \
       --ref "$NBEST/$set/references/ref_wer.trn" --lm "4gram=kenlm:$LM" "${lstm_args[@]}" \
-      --out "$out"
+      --out "$out" 2> "$SCORED/$set.log"  # OOV rates and prefix-sharing counts, for RESULTS.md
+    cat "$SCORED/$set.log" >&2
   done
 fi
 
@@ -117,7 +122,7 @@ if run_stage 5; then
     [ -s "$out" ] && continue
     log "stage 5: tuning $name on dev_clean ($feats)"
     mkdir -p "$EXP/$name"
-    timed "tune_$name" "$RESCORER" -q tune --nbest "$EXP/scored/dev_clean.jsonl" \
+    timed "tune_$name" "$RESCORER" -q tune --nbest "$SCORED/dev_clean.jsonl" \
       --ref "$NBEST/dev_clean/references/ref_wer.trn" \
       --features "$feats" "$length" --restarts "$RESTARTS" --seed "$SEED" --out "$out" \
       | tee "$EXP/$name/tune.log"
@@ -131,7 +136,7 @@ if run_stage 6; then
       out=$EXP/$name/$set
       [ -s "$out/1best.txt" ] && continue
       log "stage 6: rescoring $set with $name"
-      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$EXP/scored/$set.jsonl" \
+      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$SCORED/$set.jsonl" \
         --ref "$NBEST/$set/references/ref_wer.trn" \
         --weights "$EXP/$name/weights.json" --out "$out" > "$out.log"
     done

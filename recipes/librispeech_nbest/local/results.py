@@ -95,7 +95,20 @@ def lstm_lines(exp: Path) -> list[str]:
         f"{seconds:.0f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}); "
         f"dev perplexity {meta['dev_ppl']:.1f} (epoch {meta['epoch']}). Its features: `lstm`, "
         "`lstm_oov`.",
+        *sharing_lines(exp),
     ]
+
+
+def sharing_lines(exp: Path) -> list[str]:
+    """The prefix-sharing counts `rescorer score` logged for the LSTM (stage 4)."""
+    lines = []
+    for log in sorted((exp / "scored_lstm").glob("*.log")):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if line.startswith("lstm: ") and "LSTM steps computed" in line:
+                lines.append(f"  - {log.stem}: {line.removeprefix('lstm: ')}")
+    if lines:
+        lines.insert(0, "- Scoring the N-best lists with the LSTM through a prefix tree:")
+    return lines
 
 
 def main() -> None:
