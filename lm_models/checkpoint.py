@@ -6,6 +6,7 @@
       vocab.txt          one token per line, line i = token id i (UTF-8)
       model.safetensors  the model's state dict (safetensors; never pickle)
       training.json      optional free-form training metadata
+      (other .txt files) optional model-specific text files (the FNLM's factor vocabularies)
 
 Loading reads the architecture from ``config.json`` and builds the model from
 :data:`MODEL_TYPES`; a model family registers itself there as ``name -> (ConfigClass,
@@ -30,6 +31,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from lm_models.fnlm import FNLM, FNLMConfig
 from lm_models.lstm import ContextLSTM, LSTMConfig
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ TRAINING_FILE = "training.json"
 
 MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
     "context_lstm": (LSTMConfig, ContextLSTM),
+    "fnlm": (FNLMConfig, FNLM),
 }
 
 
@@ -78,8 +81,12 @@ def save_checkpoint(
     model: nn.Module,
     vocab_tokens: Sequence[str],
     training_meta: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``model`` and its vocabulary (``vocab_tokens[i]`` is id i) as a checkpoint folder.
+
+    ``extra_files`` maps further file names (plain ``*.txt`` names) to their text, written into
+    the folder with the rest (a model's own vocabularies beside ``vocab.txt``).
 
     Everything is written to a temporary folder beside ``path`` and renamed into place, so a
     crash never leaves a half-written checkpoint. An existing checkpoint at ``path`` is replaced;
@@ -103,6 +110,11 @@ def save_checkpoint(
     except (TypeError, ValueError) as exc:
         raise ValueError(f"training metadata is not JSON-serialisable: {exc}") from None
     weights = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
+    extra = dict(extra_files or {})
+    for name in extra:
+        reserved = name in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE)
+        if reserved or Path(name).name != name or not name.endswith(".txt"):
+            raise ValueError(f"extra checkpoint file must be a plain new *.txt name, got {name!r}")
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -113,6 +125,8 @@ def save_checkpoint(
         save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": FORMAT})
         if training_text is not None:
             (tmp / TRAINING_FILE).write_text(training_text + "\n", encoding="utf-8")
+        for name, text in extra.items():
+            (tmp / name).write_text(text, encoding="utf-8")
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())

@@ -126,6 +126,16 @@ class TrainOptions:
     max_steps_per_epoch: int | None = None
 
 
+def options_from_json(kind: type, values: Mapping[str, Any] | None, what: str) -> Any:
+    """The options dataclass ``kind`` from a JSON object; unknown keys are a ValueError."""
+    values = dict(values or {})
+    known = {f.name for f in fields(kind)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} option(s) {unknown}; expected some of {sorted(known)}")
+    return kind(**values)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """A whole training run."""
@@ -136,16 +146,7 @@ class TrainConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
-        def build(kind: type, values: Mapping[str, Any] | None, what: str) -> Any:
-            values = dict(values or {})
-            known = {f.name for f in fields(kind)}
-            unknown = sorted(set(values) - known)
-            if unknown:
-                raise ValueError(
-                    f"unknown {what} option(s) {unknown}; expected some of {sorted(known)}"
-                )
-            return kind(**values)
-
+        build = options_from_json
         unknown = sorted(set(data) - {"data", "model", "train"})
         if unknown:
             raise ValueError(f"unknown config section(s) {unknown}; expected data, model, train")

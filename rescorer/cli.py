@@ -7,13 +7,16 @@ usage error (also status 2). Progress bars go to stderr and ``--quiet`` silences
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from tqdm import tqdm
 
 from rescorer.combine import Weights, one_best, rerank
 from rescorer.contexts import check_context_ids, read_contexts
@@ -21,9 +24,28 @@ from rescorer.errors import InputError, check_same_ids
 from rescorer.features import LMFeatureReport, add_lm_scores
 from rescorer.formats import READERS, WRITERS, detect_format, read_nbest, write_nbest
 from rescorer.io import atomic_write, read_lines
+from rescorer.keyboard import (
+    TEXT_FORMATS,
+    KeyboardOptions,
+    LatencyStats,
+    compare_systems,
+    evaluate,
+    read_sentence_results,
+    read_sentences,
+    write_sentence_results,
+)
 from rescorer.lm import LOADERS, LanguageModel, LMSpec, load_lm
 from rescorer.nbest import NBest
 from rescorer.ngram import BINARY_TYPES, KenLMToolError, NgramOptions, build_ngram
+from rescorer.predict import (
+    CONSOLE_HELP,
+    Predictor,
+    TypingConsole,
+    build_predictor,
+    predict_stream,
+    read_requests,
+    read_word_list,
+)
 from rescorer.refs import read_references, read_utt2spk, write_kaldi_text
 from rescorer.significance import compare
 from rescorer.text import CASE_MODES
@@ -186,7 +208,8 @@ def context_options(fn: F) -> F:
     fn = click.option(
         "--device",
         default=None,
-        help="Device of torch models: cpu, cuda, cuda:1, ... (default: CUDA when available).",
+        help="Device of torch and onnx models: auto, cpu, cuda, cuda:1, ... "
+        "(default auto: CUDA when available, else the CPU).",
     )(fn)
     return click.option(
         "--context",
@@ -877,14 +900,173 @@ def inspect_cmd(model_dir: Path, field: str, top: int, pca_path: Path | None) ->
       rescorer inspect --model exp/factor/best --field genre --top 8 --pca genres.png
     """
     from lm_models.checkpoint import load_checkpoint
-    from lm_models.inspect_context import context_pca, plot_pca, top_boosted_words
+    from lm_models.inspect_context import (
+        adaptation_norms,
+        context_pca,
+        plot_pca,
+        top_boosted_words,
+    )
 
     model, tokens, _ = load_checkpoint(model_dir)
     for value, words in top_boosted_words(model, tokens, field, top).items():
         click.echo(f"{value}: " + " ".join(w for w, _ in words))
+    if model.config.mode in ("concat", "factor"):
+        click.echo("recurrent-layer adaptation per layer: ||A||/||W|| (FactorCell), ||Vc||/||b||")
+        for row in adaptation_norms(model, field):
+            ratios = "  ".join(
+                f"{w:.3f} {b:.3f}" for w, b in zip(row.weight_ratio, row.bias_ratio, strict=True)
+            )
+            click.echo(f"{row.value}: {ratios}")
     if pca_path is not None:
         plot_pca(context_pca(model, field), pca_path, f"context embeddings: {field}")
         click.echo(f"wrote {pca_path}")
+
+
+# -- export -------------------------------------------------------------------------------------
+
+EXPORT_KINDS = ("step", "multi", "scorer", "multi-scorer")  # = rescorer.onnx_lm.KINDS
+
+
+def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
+    record: dict[str, str] = {}
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        if not sep or not field.strip() or not value.strip():
+            raise click.BadParameter(f"expected FIELD=VALUE, got {pair!r}", param_hint="--context")
+        if field.strip() in record:
+            raise click.BadParameter(f"field {field.strip()!r} given twice", param_hint="--context")
+        record[field.strip()] = value.strip()
+    return record or None
+
+
+@main.command(name="export")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out_path", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.onnx")
+@click.option(
+    "--kind",
+    type=click.Choice(EXPORT_KINDS),
+    default="step",
+    show_default=True,
+    help="step: x, h0, c0 -> log_softmax, next_h0, next_c0 with one context folded in; "
+    "multi: the same with a context_id input over many contexts; scorer: x, x_lens -> "
+    "token_logprobs, sentence_logprob; multi-scorer: the scorer with context_id.",
+)
+@click.option(
+    "--context",
+    "context_pairs",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="The context folded into a step or scorer export (repeatable; default: the expected "
+    "context, every field missing).",
+)
+@click.option(
+    "--contexts",
+    "contexts_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="Multi kinds: JSONL file of context records {field: value}, one per line (default: "
+    "every combination of the categorical values). The expected context is always id 0.",
+)
+@click.option(
+    "--quantize",
+    type=click.Choice(["int8"]),
+    default=None,
+    help="Also write a dynamic int8 model beside OUT (OUT stem + .int8.onnx).",
+)
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help="Compare the export with the PyTorch model on random batches (max abs diff <= 1e-4).",
+)
+@click.option(
+    "--ppl-text",
+    type=EXISTING_FILE,
+    default=None,
+    help="With --quantize: report the perplexity change of int8 on this text (one sentence per "
+    "line, scored with context 0).",
+)
+@handle_errors
+def export_cmd(
+    checkpoint: Path,
+    out_path: Path,
+    kind: str,
+    context_pairs: tuple[str, ...],
+    contexts_path: Path | None,
+    quantize: str | None,
+    check: bool,
+    ppl_text: Path | None,
+) -> None:
+    """Export a checkpoint to ONNX with its context(s) folded into the weights.
+
+    The architecture is read from the checkpoint. The vocabulary is written beside OUT
+    (OUT stem + .vocab.txt); the two files are all `--lm onnx:OUT` or ONNX Runtime needs.
+
+    \b
+    Examples:
+      rescorer export exp/factor/best lm.onnx --kind step --context genre=news
+      rescorer export exp/factor/best lm_all.onnx --kind multi --quantize int8 --ppl-text dev.txt
+      rescorer export exp/factor/best scorer.onnx --kind multi-scorer --contexts ctx.jsonl
+    """
+    from export.exporter import (  # imported here: torch is heavy
+        ExportOptions,
+        export_model,
+        normalise_record,
+        read_context_records,
+    )
+    from lm_models.checkpoint import load_checkpoint
+    from lm_models.lstm import ContextLSTM
+
+    multi = kind.startswith("multi")
+    if context_pairs and multi:
+        raise click.UsageError(
+            f"--context folds one context into a step or scorer export; --kind {kind} takes "
+            f"--contexts FILE.jsonl (or none: every combination)"
+        )
+    if contexts_path is not None and not multi:
+        raise click.UsageError(
+            f"--contexts is for --kind multi or multi-scorer; --kind {kind} folds one context "
+            f"(--context FIELD=VALUE)"
+        )
+    if ppl_text is not None and quantize is None:
+        raise click.UsageError("--ppl-text reports what --quantize costs: give --quantize int8")
+    record = _context_pairs(context_pairs)
+    model, tokens, _ = load_checkpoint(checkpoint)
+    if not isinstance(model, ContextLSTM):
+        raise click.UsageError(f"{checkpoint}: a {type(model).__name__}; export takes ContextLSTM")
+    if record is not None:
+        try:
+            record = normalise_record(model, record)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--context") from None
+    records = None
+    if contexts_path is not None:
+        records = tuple(read_context_records(contexts_path, model))
+    options = ExportOptions(kind=kind, context=record, contexts=records)
+    result = export_model(model, tokens, out_path, options)
+    n = len(result.contexts)
+    click.echo(
+        f"wrote {result.path} ({kind}, {n} context{'s' if n != 1 else ''}, "
+        f"{result.size_bytes / 2**20:.2f} MiB) and {result.vocab_path}"
+    )
+    if check:
+        from export.parity import check_parity
+
+        report = check_parity(model, result.path)
+        click.echo(report.describe())
+        if not report.ok:
+            raise click.ClickException(f"{result.path}: {report.describe()}")
+    if quantize == "int8":
+        from export.quantize import perplexity_change, quantize_int8
+
+        q_path = quantize_int8(result.path)
+        click.echo(f"wrote {q_path} (dynamic int8, {q_path.stat().st_size / 2**20:.2f} MiB)")
+        if ppl_text is not None:
+            sentences = [tuple(line.split()) for _, line in read_lines(ppl_text) if line.strip()]
+            if not sentences:
+                raise InputFailure(f"{ppl_text}: no sentences")
+            change = perplexity_change(result.path, q_path, sentences)
+            click.echo(f"int8 on {ppl_text}: {change.describe()}")
 
 
 # -- convert ------------------------------------------------------------------------------------
@@ -908,6 +1090,350 @@ def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path) -> None:
     write_nbest(nbest, out_path, to_fmt)
     click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")
 
+
+# -- keyboard prediction ------------------------------------------------------------------------
+
+
+class FloatList(click.ParamType):
+    """A comma-separated list of positive numbers."""
+
+    name = "X,Y,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            items = tuple(float(v) for v in str(value).split(","))
+        except ValueError:
+            self.fail(f"expected comma-separated numbers, got {value!r}", param, ctx)
+        if not all(math.isfinite(x) and x > 0 for x in items):
+            self.fail(f"expected positive numbers, got {value!r}", param, ctx)
+        return items
+
+
+def prediction_options(fn: F) -> F:
+    fn = click.option(
+        "--device",
+        default=None,
+        help="Device of torch models: cpu, cuda, ... (default: CUDA when available).",
+    )(fn)
+    fn = click.option(
+        "--lm-case",
+        type=click.Choice(CASE_MODES),
+        default="auto",
+        show_default=True,
+        help="Case mapping of typed words into the vocabulary (auto: from the vocabulary).",
+    )(fn)
+    fn = click.option(
+        "--vocab",
+        "vocab_path",
+        type=EXISTING_FILE,
+        default=None,
+        help="Word list to predict from (first field per line). Default: the union of the "
+        "models' vocabularies (a KenLM binary has none: give this, or an ARPA model).",
+    )(fn)
+    fn = click.option(
+        "--weights",
+        type=FloatList(),
+        default=None,
+        help="Interpolation weights, one per --lm, normalised to sum 1 (default: equal).",
+    )(fn)
+    fn = click.option(
+        "--mix",
+        type=click.Choice(["linear", "loglinear"]),
+        default="linear",
+        show_default=True,
+        help="How several --lm models combine: linear mixture of probabilities, or log-linear "
+        "renormalised over the vocabulary.",
+    )(fn)
+    return click.option(
+        "--lm",
+        "lm_specs",
+        type=LMSpecType(),
+        multiple=True,
+        required=True,
+        help="Model [NAME=]KIND:PATH; repeat to interpolate several.",
+    )(fn)
+
+
+def _load_predictor(
+    lm_specs: Sequence[LMSpec],
+    mix: str,
+    weights: tuple[float, ...] | None,
+    vocab_path: Path | None,
+    lm_case: str,
+    device: str | None,
+) -> Predictor:
+    if weights is not None and len(weights) != len(lm_specs):
+        raise click.BadParameter(
+            f"expected {len(lm_specs)} weights (one per --lm), got {len(weights)}",
+            param_hint="--weights",
+        )
+    options = {} if device is None else {"device": device}
+    lms = [load_lm(spec, case=lm_case, **options) for spec in lm_specs]
+    words = read_word_list(vocab_path) if vocab_path is not None else None
+    return build_predictor(lms, weights, mix, words, lm_case)
+
+
+def _context_fields(items: Sequence[str]) -> dict[str, str] | None:
+    record = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"expected FIELD=VALUE, got {item!r}", param_hint="--field")
+        record[name.strip()] = value.strip()
+    return record or None
+
+
+@main.command(name="predict")
+@prediction_options
+@click.option("-k", "--top", "k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--field",
+    "fields",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="Context for context-aware models (repeatable), e.g. --field genre=news.",
+)
+@click.option(
+    "--input",
+    "input_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="Batch mode: lines 'history words[<TAB>partial word[<TAB>{context JSON}]]'.",
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Batch mode: write the JSONL suggestions here (default: stdout).",
+)
+@handle_errors
+def predict_cmd(
+    lm_specs: tuple[LMSpec, ...],
+    mix: str,
+    weights: tuple[float, ...] | None,
+    vocab_path: Path | None,
+    lm_case: str,
+    device: str | None,
+    k: int,
+    fields: tuple[str, ...],
+    input_path: Path | None,
+    out_path: Path | None,
+) -> None:
+    """Next-word prediction and word completion (interactive, or a batch file).
+
+    Without --input, an interactive loop: type words, see the k best next words; end a line
+    with a partial word and '*' to complete it ("see you tom*"), '=N' accepts suggestion N, an
+    empty line starts a new sentence, ':q' or end of input quits. With --input, one JSONL line
+    of suggestions per input line; a line whose history extends the previous one's reuses its
+    model state.
+
+    \b
+    Examples:
+      rescorer predict --lm kenlm:3gram.arpa
+      rescorer predict --lm kenlm:4gram.bin --lm torch:exp/lstm/best --vocab words.txt \\
+          --weights 0.6,0.4 --input histories.tsv --out suggestions.jsonl
+    """
+    context = _context_fields(fields)
+    if input_path is None and out_path is not None:
+        raise click.UsageError("--out is for batch mode: give --input too")
+    predictor = _load_predictor(lm_specs, mix, weights, vocab_path, lm_case, device)
+    if input_path is None:
+        console = TypingConsole(predictor, k, context)
+        click.echo(f"{predictor.name}: {len(predictor.words)} words\n{CONSOLE_HELP}")
+        while True:
+            try:
+                line = click.prompt(">", default="", show_default=False, prompt_suffix=" ")
+            except click.Abort:  # end of input
+                break
+            shown = console.feed(line)
+            if shown is None:
+                break
+            click.echo(shown)
+        return
+    requests = read_requests(input_path)
+    seconds = []
+    lines = []
+    for req, suggestions, sec in predict_stream(predictor, requests, k, context):
+        seconds.append(sec)
+        record = {
+            "line": req.line,
+            "history": list(req.history),
+            "prefix": req.prefix,
+            "suggestions": [s.to_json() for s in suggestions],
+            "ms": round(1000.0 * sec, 4),
+        }
+        lines.append(json.dumps(record))
+    if out_path is None:
+        for line in lines:
+            click.echo(line)
+    else:
+        with atomic_write(out_path) as f:
+            f.write("".join(line + "\n" for line in lines))
+        click.echo(f"wrote {len(lines)} suggestion lists to {out_path}", err=True)
+    click.echo(f"latency: {LatencyStats.from_seconds(seconds).describe()}", err=True)
+
+
+@main.command(name="keyboard-eval")
+@prediction_options
+@click.option(
+    "--text",
+    "text_path",
+    type=EXISTING_FILE,
+    required=True,
+    help="Test sentences: 'id<TAB>sentence' (Enron Mobile), 'id words' (kaldi) or plain.",
+)
+@click.option(
+    "--text-format",
+    type=click.Choice(TEXT_FORMATS),
+    default="auto",
+    show_default=True,
+    help="auto: tsv when the first line has a tab, else plain (line numbers as ids).",
+)
+@click.option(
+    "--context",
+    "context_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="Context per sentence id (JSONL or TSV, as for `score`); its ids must be the text's.",
+)
+@click.option(
+    "-k",
+    "--suggestions",
+    "ks",
+    type=IntList(),
+    default="1,3,5",
+    show_default=True,
+    help="Numbers of suggestions shown while typing.",
+)
+@click.option(
+    "--accuracy",
+    "accuracy_ks",
+    type=IntList(),
+    default="1,3",
+    show_default=True,
+    help="Top-k next-word accuracies (before the first letter).",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="First N sentences only.")
+@click.option(
+    "--per-sentence",
+    "per_sentence_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write per-sentence results (JSONL) here, for keyboard-compare.",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the totals (JSON) here.",
+)
+@click.option(
+    "--compare",
+    "compare_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="Per-sentence results of another system: test this one against it.",
+)
+@handle_errors
+def keyboard_eval(
+    lm_specs: tuple[LMSpec, ...],
+    mix: str,
+    weights: tuple[float, ...] | None,
+    vocab_path: Path | None,
+    lm_case: str,
+    device: str | None,
+    text_path: Path,
+    text_format: str,
+    context_path: Path | None,
+    ks: tuple[int, ...],
+    accuracy_ks: tuple[int, ...],
+    limit: int | None,
+    per_sentence_path: Path | None,
+    report_path: Path | None,
+    compare_path: Path | None,
+) -> None:
+    """Simulated typing with prediction: keystroke savings, accuracy, MRR, latency.
+
+    Each sentence is typed letter by letter with k suggestions shown; a suggestion equal to the
+    intended word is tapped (one keystroke for the word and its space). KS = 1 - keystrokes
+    used / keystrokes without prediction, where every word costs its letters and one space
+    (see rescorer.keyboard for the convention and a worked example).
+
+    \b
+    Example:
+      rescorer keyboard-eval --lm kenlm:3gram.arpa --text enronmobile/mobile_nvp.txt \\
+          --per-sentence 3gram.jsonl --report 3gram.json
+    """
+    options = KeyboardOptions(ks=ks, accuracy_ks=accuracy_ks)
+    sentences = read_sentences(text_path, text_format)
+    contexts = _load_contexts(context_path, [sid for sid, _ in sentences])
+    if limit is not None:
+        sentences = sentences[:limit]
+    others = read_sentence_results(compare_path) if compare_path is not None else None
+    predictor = _load_predictor(lm_specs, mix, weights, vocab_path, lm_case, device)
+    with tqdm(
+        total=len(sentences), desc="typing", unit="sent", disable=_quiet(), file=sys.stderr
+    ) as bar:
+        result = evaluate(predictor, sentences, contexts, options, progress=bar.update)
+    if per_sentence_path is not None:
+        write_sentence_results(per_sentence_path, result.sentences)
+    if report_path is not None:
+        with atomic_write(report_path) as f:
+            json.dump(result.report.to_json(), f, indent=2)
+            f.write("\n")
+    click.echo(result.report.summary())
+    if others is not None:
+        shared = [k for k in options.ks if k in others[0].keystrokes]
+        if not shared:
+            raise InputFailure(f"{compare_path}: has no keystroke counts for k in {options.ks}")
+        for k in shared:
+            comparison = compare_systems(
+                others, result.sentences, k, names=(compare_path.name, predictor.name)
+            )
+            click.echo(comparison.summary())
+
+
+@main.command(name="keyboard-compare")
+@click.argument("a_path", metavar="A.jsonl", type=EXISTING_FILE)
+@click.argument("b_path", metavar="B.jsonl", type=EXISTING_FILE)
+@click.option(
+    "-k",
+    "--suggestions",
+    "ks",
+    type=IntList(),
+    default=None,
+    help="Numbers of suggestions to compare at (default: every k both files have).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@handle_errors
+def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, seed: int) -> None:
+    """Test whether system B saves more keystrokes than A (per-sentence results of both).
+
+    Matched pairs, sign and Wilcoxon tests over sentences, and a bootstrap interval of the KS
+    difference.
+
+    \b
+    Example:
+      rescorer keyboard-compare exp/4gram.jsonl exp/interp.jsonl -k 3
+    """
+    a = read_sentence_results(a_path)
+    b = read_sentence_results(b_path)
+    common = sorted(set(a[0].keystrokes) & set(b[0].keystrokes))
+    chosen = ks or tuple(common)
+    if not chosen:
+        raise click.UsageError(f"{a_path} and {b_path} share no number of suggestions")
+    for k in chosen:
+        if k not in common:
+            raise click.BadParameter(f"k={k} is not in both files (have {common})")
+        click.echo(compare_systems(a, b, k, names=(a_path.name, b_path.name), seed=seed).summary())
+
+
+# fnlm-train, fnlm-eval, mix-weights: in their own module, registered on `main` when imported.
+import rescorer.cli_fnlm  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -250,6 +250,20 @@ class KenLM:
             new_states.append(nxt)
         return out, new_states
 
+    def logprobs_after(self, state: Any, units: Sequence[str]) -> np.ndarray:
+        """Natural-log probability of each of ``units`` right after the streaming ``state``.
+
+        ``units`` are the model's tokens (already case-mapped, see :meth:`to_units`); unknown
+        ones get the ``<unk>`` probability. Used for next-word prediction over a vocabulary
+        (:mod:`rescorer.predict`): one call scores every candidate, states are not kept.
+        """
+        scratch = self._kenlm.State()
+        base_score = self._model.BaseScore
+        log10 = np.fromiter(
+            (base_score(state, w, scratch) for w in units), dtype=np.float64, count=len(units)
+        )
+        return self._ln(log10)
+
     def __repr__(self) -> str:
         return f"KenLM({str(self.path)!r}, order={self.order}, case={self._case!r})"
 
@@ -265,11 +279,33 @@ def _load_torch(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
     return load_torch_lm(spec, options)
 
 
+def _load_onnx(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    # Imported here: onnxruntime is only needed for onnx models.
+    from rescorer.onnx_lm import load_onnx_lm
+
+    return load_onnx_lm(spec, options)
+
+
+def _load_fnlm(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    from rescorer.fnlm_lm import load_fnlm_lm  # torch: imported on first use
+
+    return load_fnlm_lm(spec, options)
+
+
+def _load_mix(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    from rescorer.mixture import load_mixture  # it imports this module
+
+    return load_mixture(spec, options)
+
+
 LOADERS: dict[str, Callable[[LMSpec, Mapping[str, Any]], LanguageModel]] = {
     "kenlm": _load_kenlm,
     "torch": _load_torch,
+    "fnlm": _load_fnlm,
+    "mix": _load_mix,
+    "onnx": _load_onnx,
 }
-"""Model kind -> loader. Packages providing torch and onnx models add their entries here."""
+"""Model kind -> loader; torch and onnx import their modules on first use (they are heavy)."""
 
 
 def load_lm(spec: str | LMSpec, **options: Any) -> LanguageModel:

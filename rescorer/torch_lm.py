@@ -19,7 +19,8 @@ How a batch of sentences is scored (the N-best lists of many utterances at once)
    N-best hypotheses are computed once. :attr:`TorchLM.stats` counts the LSTM steps computed
    against the steps of a per-sentence run (``len(words) + 1`` each).
 
-Context records are mappings of field -> value (``{"genre": "news"}``) or None. Fields the model
+Context records are mappings of field -> value (``{"genre": "news"}``) or None, normalised by
+:class:`rescorer.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
 does not declare are ignored (logged once); a categorical value it never saw in training is
 treated as missing (logged once), as training does (:func:`lm_models.train.context_record`);
 missing fields use the model's expected context embedding.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,13 @@ from torch import Tensor
 
 from lm_models.checkpoint import load_checkpoint
 from lm_models.lstm import AdaptedWeights, ContextLSTM
-from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
-from rescorer.constants import BOS, EOS
+from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
+from rescorer.context_key import ContextKey, ContextKeys
 from rescorer.lm import Context, LMSpec
-from rescorer.text import CASE_MODES, case_function, choose_case
+from rescorer.text import CASE_MODES
+from rescorer.word_vocab import WordVocab
 
 logger = logging.getLogger(__name__)
-
-ContextKey = tuple[tuple[str, Any], ...]
-"""A context record normalised to the model's fields: sorted ``(field, value)`` pairs."""
 
 DEFAULT_BATCH_NODES = 2048
 DEFAULT_MAX_CONTEXTS = 256
@@ -152,14 +151,11 @@ class TorchLM:
         self.name = name or path.name.split(".")[0] or "torch"
         self.path = path
         self.vocab_tokens: tuple[str, ...] = tuple(tokens)
-        self._index = {tok: i for i, tok in enumerate(tokens)}
-        self._case = case
-        self._map: Callable[[str], str] | None = None if case == "auto" else case_function(case)
+        self._vocab = WordVocab(tokens, case)
         self.batch_nodes = batch_nodes
         self.max_contexts = max_contexts
-        self._variables = {v.name: v for v in model.config.context_vars}
+        self._contexts = ContextKeys(model.config.context_vars, self.name, logger)
         self._weights: OrderedDict[ContextKey, AdaptedWeights] = OrderedDict()
-        self._warned: set[tuple[str, str]] = set()
         self._sentences = self._computed = self._naive = 0
 
     # -- vocabulary and case ---------------------------------------------------------------------
@@ -171,82 +167,22 @@ class TorchLM:
     @property
     def case(self) -> str:
         """The case mapping in use (``auto`` until the first sentences decided it)."""
-        return self._case
-
-    def _mapping(self, sentences: Sequence[Sequence[str]]) -> Callable[[str], str]:
-        if self._map is None:
-            if not any(sentences):  # nothing to decide from: leave words alone for now
-                return case_function("none")
-            mode = choose_case((w for s in sentences for w in s), self._index.__contains__)
-            self._case = mode
-            self._map = case_function(mode)
-        return self._map
+        return self._vocab.case
 
     def to_units(self, words: Sequence[str]) -> list[str]:
         """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
-        fn = self._mapping([words])
-        return [fn(w) for w in words]
+        return self._vocab.to_units(words)
 
     def _ids(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
-        fn = self._mapping(sentences)
-        get = self._index.get
-        return [[get(fn(w), UNK_ID) for w in words] for words in sentences]
+        return self._vocab.ids(sentences)
 
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        fn = self._mapping(sentences)
-        index = self._index
-        return [np.array([fn(w) not in index for w in words], dtype=bool) for words in sentences]
+        return self._vocab.oov_flags(sentences)
 
     # -- contexts --------------------------------------------------------------------------------
-    def _log_once(self, level: int, key: tuple[str, str], message: str, *args: object) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            logger.log(level, message, *args)
-
     def context_key(self, record: Context | None) -> ContextKey:
         """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
-        if record is None or not self._variables:
-            return ()
-        if not isinstance(record, Mapping):
-            raise ValueError(
-                f"context record: expected a mapping of field -> value or None, "
-                f"got {type(record).__name__}"
-            )
-        items: list[tuple[str, Any]] = []
-        for field, value in record.items():
-            var = self._variables.get(field)
-            if var is None:
-                self._log_once(  # a context file may well hold fields for other models
-                    logging.INFO,
-                    ("field", str(field)),
-                    "%s: context field %r is not one of the model's (%s); ignored",
-                    self.name,
-                    field,
-                    ", ".join(sorted(self._variables)),
-                )
-                continue
-            if value is None or (isinstance(value, str) and not value.strip()):
-                continue
-            if var.kind == "categorical":
-                value = (
-                    str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-                )
-                if value not in var.values:
-                    self._log_once(
-                        logging.WARNING,
-                        (field, str(value)),
-                        "%s: context value %s=%r was not seen in training; "
-                        "using the expected context for %s",
-                        self.name,
-                        field,
-                        value,
-                        field,
-                    )
-                    continue
-                items.append((field, value))
-            else:
-                items.append((field, _numbers(var.name, var.dim, value)))
-        return tuple(sorted(items))
+        return self._contexts.key(record)
 
     def _adapted(self, key: ContextKey) -> AdaptedWeights:
         weights = self._weights.get(key)
@@ -264,19 +200,7 @@ class TorchLM:
         return weights
 
     def _keys(self, n: int, contexts: Sequence[Context | None] | None) -> list[ContextKey]:
-        if contexts is None:
-            return [()] * n
-        if len(contexts) != n:
-            raise ValueError(f"got {len(contexts)} contexts for {n} sentences")
-        # The hypotheses of one utterance share one record object: normalise each object once.
-        seen: dict[int, ContextKey] = {}
-        keys = []
-        for c in contexts:
-            key = seen.get(id(c))
-            if key is None:
-                key = seen[id(c)] = self.context_key(c)
-            keys.append(key)
-        return keys
+        return self._contexts.keys(n, contexts)
 
     # -- scoring ---------------------------------------------------------------------------------
     @property
@@ -420,9 +344,7 @@ class TorchLM:
         """
         if len(states) != len(tokens):
             raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
-        fn = self._mapping([[t for t in tokens if t not in (BOS, EOS)]])
-        get = self._index.get
-        target_ids = [get(t if t in (BOS, EOS) else fn(t), UNK_ID) for t in tokens]
+        target_ids = self._vocab.token_ids(tokens)
         out = np.empty(len(tokens), dtype=np.float64)
         new_states: list[TorchLMState | None] = [None] * len(tokens)
         groups: dict[ContextKey, list[int]] = {}
@@ -452,27 +374,8 @@ class TorchLM:
         cfg = self._model.config
         return (
             f"TorchLM({str(self.path)!r}, mode={cfg.mode!r}, vocab={cfg.vocab_size}, "
-            f"device={str(self.device)!r}, case={self._case!r})"
+            f"device={str(self.device)!r}, case={self.case!r})"
         )
-
-
-def _numbers(name: str, dim: int, value: Any) -> tuple[float, ...]:
-    """A numerical context value as a tuple of ``dim`` floats (strings split on commas/spaces)."""
-    if isinstance(value, str):
-        items: list[Any] = value.replace(",", " ").split()
-    elif isinstance(value, (list, tuple)):
-        items = list(value)
-    else:
-        items = [value]
-    try:
-        numbers = tuple(float(x) for x in items)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"context variable {name!r}: expected {dim} number(s), got {value!r}"
-        ) from None
-    if len(numbers) != dim:
-        raise ValueError(f"context variable {name!r}: expected {dim} number(s), got {value!r}")
-    return numbers
 
 
 def load_torch_lm(spec: LMSpec, options: Mapping[str, Any]) -> TorchLM:

@@ -1,0 +1,444 @@
+"""Export a :class:`lm_models.lstm.ContextLSTM` checkpoint to ONNX with its contexts folded in.
+
+The architecture comes from the checkpoint (:func:`lm_models.checkpoint.load_checkpoint`); the
+context-dependent weights from :meth:`ContextLSTM.adapt` of each context record: W' = W + A and
+b' = V c + b of every layer, and the output bias b_out + Q c + one-hot biases. The graph itself
+(:mod:`export.graph`) is then a plain LSTM. Four kinds of export (:data:`KINDS`):
+
+=============  =====================================================================  ========
+kind           inputs -> outputs                                                      contexts
+=============  =====================================================================  ========
+step           x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, L, V), next_h0,     one
+               next_c0 (the icefall / sherpa-onnx RNN LM signature; c0 = memory m)
+multi          the same + context_id (N,) int64                                       many
+scorer         x (N, L) = <s> w1..wn </s> padded, x_lens (N,) = n + 2                 one
+               -> token_logprobs (N, L-1), sentence_logprob (N,)
+multi-scorer   the same + context_id (N,)                                             many
+=============  =====================================================================  ========
+
+Multi-context exports stack the weights that depend on the context (W' for FactorCell, b' for
+ConcatCell and FactorCell, the output bias always) over C contexts and gather them by
+``context_id``. Context 0 is always the expected context (every field missing). By default the
+context set is every combination of the categorical variables' values, each variable also
+missing (so partial records have their own id): prod(n_j + 1) contexts. A model with a numerical
+variable needs an explicit list of records (a JSONL file, :func:`read_context_records`).
+
+Metadata properties (strings; JSON where noted) describe the export completely, so that the
+``.onnx`` file and its vocabulary file are all a user needs: ``model_type``, ``format``,
+``format_version`` (and ``version``, icefall's key), ``export_kind``, ``vocab_size``, ``sos_id``,
+``eos_id``, ``unk_id``, ``pad_id``, ``num_layers``, ``hidden_size``, ``embedding_dim``, ``mode``,
+``layer_norm``, ``context_variables`` (JSON list of {name, kind, values | dim}), ``contexts``
+(JSON list of records, index = context id), ``num_contexts``, ``vocab_file`` (the vocabulary's
+file name, in the model's folder: one token per line, line i = id i), ``log_base`` (``e``).
+
+Files are written to a temporary name in the destination folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from export.graph import OPSET, LayerWeights, LSTMWeights, make_model, scorer_graph, step_graph
+from lm_models.checkpoint import load_checkpoint
+from lm_models.context import ContextVariable
+from lm_models.lstm import ContextLSTM
+from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
+from rescorer.context_key import ContextField, numbers
+from rescorer.errors import InputError
+from rescorer.io import atomic_write, read_lines
+from rescorer.onnx_lm import FORMAT, FORMAT_VERSION, KINDS
+
+logger = logging.getLogger(__name__)
+
+PAD_ID = EOS_ID  # what the toolkit pads scorer inputs with (any id works: padding is masked)
+# Protobuf refuses messages of 2 GiB or more; keep a margin for the graph itself.
+MAX_MODEL_BYTES = 2**31 - 2**26
+
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What :func:`export_model` writes."""
+
+    # One of KINDS: "step", "multi", "scorer", "multi-scorer" (see the module docstring).
+    kind: str = "step"
+    # Single-context kinds: the record folded in ({"genre": "news"}); None = expected context.
+    context: Mapping[str, Any] | None = None
+    # Multi-context kinds: the records to stack (the expected context is always added, at id 0);
+    # None = every combination of categorical values (an error with a numerical variable).
+    contexts: tuple[Mapping[str, Any], ...] | None = None
+    # ONNX opset of the graphs (17 or later: LayerNormalization).
+    opset: int = OPSET
+    # Largest number of contexts a multi-context export may stack.
+    max_contexts: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"export kind must be one of {KINDS}, got {self.kind!r}")
+        if self.contexts is not None:
+            object.__setattr__(self, "contexts", tuple(self.contexts))
+            if not self.multi:
+                raise ValueError(
+                    f"a list of contexts is for the multi-context kinds (multi, multi-scorer); "
+                    f"kind {self.kind!r} folds one context (give it as `context`)"
+                )
+        if self.context is not None and self.multi:
+            raise ValueError(
+                f"kind {self.kind!r} stacks many contexts: give `contexts` (or none for all "
+                f"combinations), not a single `context`"
+            )
+        if not isinstance(self.opset, int) or self.opset < OPSET:
+            raise ValueError(f"opset: expected an integer >= {OPSET}, got {self.opset!r}")
+        if self.max_contexts < 1:
+            raise ValueError(f"max_contexts must be >= 1, got {self.max_contexts}")
+
+    @property
+    def multi(self) -> bool:
+        """True for the kinds with a context_id input."""
+        return self.kind.startswith("multi")
+
+    @property
+    def scorer(self) -> bool:
+        """True for the sentence scorers (no state in or out)."""
+        return self.kind in ("scorer", "multi-scorer")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_model` wrote."""
+
+    # The .onnx file.
+    path: Path
+    # The vocabulary file beside it (one token per line, line i = id i).
+    vocab_path: Path
+    # The export kind (see KINDS).
+    kind: str
+    # Context records in context_id order; the one folded context for single-context kinds.
+    contexts: tuple[Record, ...]
+    # Size of the .onnx file in bytes.
+    size_bytes: int
+    # The metadata properties written into the model.
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+# -- contexts ---------------------------------------------------------------------------------
+
+
+def _allowed(var: ContextVariable) -> str:
+    if var.kind == "numerical":
+        return f"{var.dim} number(s)"
+    shown = ", ".join(repr(v) for v in var.values[:30])
+    more = f", ... ({len(var.values)} in all)" if len(var.values) > 30 else ""
+    return f"one of {shown}{more}"
+
+
+def normalise_record(model: ContextLSTM, record: Mapping[str, Any] | None) -> Record:
+    """``record`` checked against the model's variables, in their order; missing fields left out.
+
+    Strict, unlike scoring: an unknown field or value is a ValueError naming the allowed ones.
+    Categorical values become strings, numerical ones lists of floats.
+    """
+    if record is None:
+        return {}
+    if not isinstance(record, Mapping):
+        raise ValueError(
+            f"context record: expected a mapping of field -> value, got {type(record).__name__}"
+        )
+    variables = {v.name: v for v in model.config.context_vars}
+    unknown = [str(k) for k in record if k not in variables]
+    if unknown:
+        known = sorted(variables) or "none: the model is unadapted"
+        raise ValueError(
+            f"unknown context field(s) {unknown}; the model's context variables are {known}"
+        )
+    out: Record = {}
+    for var in model.config.context_vars:
+        value = record.get(var.name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if var.kind == "categorical":
+            key = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+            if key not in var.values:
+                raise ValueError(
+                    f"context variable {var.name!r}: unknown value {value!r}; "
+                    f"expected {_allowed(var)}"
+                )
+            out[var.name] = key
+        else:
+            out[var.name] = list(numbers(var.name, var.dim, value))
+    return out
+
+
+def _record_key(record: Record) -> str:
+    return json.dumps(record, sort_keys=True)
+
+
+def all_context_records(model: ContextLSTM, limit: int = 4096) -> list[Record]:
+    """Every combination of categorical values, each variable also missing; expected first."""
+    variables = model.config.context_vars
+    numerical = [v.name for v in variables if v.kind == "numerical"]
+    if numerical:
+        raise ValueError(
+            f"context variable(s) {numerical} are numerical: their values cannot be enumerated; "
+            f"give the contexts to export as a JSONL file of records (--contexts FILE.jsonl)"
+        )
+    count = 1
+    for v in variables:
+        count *= len(v.values) + 1
+    if count > limit:
+        raise ValueError(
+            f"all combinations of the context values make {count} contexts, more than "
+            f"{limit}; give the contexts to export as a JSONL file of records "
+            f"(--contexts FILE.jsonl)"
+        )
+    choices = [[None, *v.values] for v in variables]
+    records = []
+    for combo in itertools.product(*choices):
+        records.append(
+            {v.name: value for v, value in zip(variables, combo, strict=True) if value is not None}
+        )
+    return records  # the all-None combination comes first: the expected context
+
+
+def context_records(
+    model: ContextLSTM, records: Sequence[Mapping[str, Any] | None] | None, limit: int = 4096
+) -> list[Record]:
+    """The context set of a multi-context export: expected context at id 0, no duplicates."""
+    if records is None:
+        return all_context_records(model, limit)
+    out: list[Record] = [{}]
+    seen = {_record_key({})}
+    for i, record in enumerate(records):
+        try:
+            rec = normalise_record(model, record)
+        except ValueError as err:
+            raise ValueError(f"context record {i + 1}: {err}") from None
+        key = _record_key(rec)
+        if key in seen:
+            logger.info("context record %d (%s) is already in the set; skipped", i + 1, key)
+            continue
+        seen.add(key)
+        out.append(rec)
+    if len(out) > limit:
+        raise ValueError(f"{len(out)} contexts, more than the limit of {limit}")
+    return out
+
+
+def read_context_records(
+    path: str | os.PathLike[str], model: ContextLSTM | None = None
+) -> list[Record]:
+    """Context records from a JSONL file: one JSON object ``{field: value}`` per line.
+
+    Blank lines are skipped. A line that is not a JSON object is an InputError naming the file
+    and line; so is a record the ``model`` (when given) does not accept (:func:`normalise_record`).
+    """
+    path = Path(path)
+    records: list[Record] = []
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"not valid JSON ({err.msg})", path, lineno) from None
+        if not isinstance(record, dict):
+            raise InputError(
+                f"expected a JSON object {{field: value}}, got {type(record).__name__}",
+                path,
+                lineno,
+            )
+        if model is not None:
+            try:
+                record = normalise_record(model, record)
+            except ValueError as err:
+                raise InputError(str(err), path, lineno) from None
+        records.append(record)
+    if not records:
+        raise InputError("no context records in it", path)
+    return records
+
+
+# -- weights ----------------------------------------------------------------------------------
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(device="cpu", dtype=torch.float32).numpy()
+
+
+@torch.no_grad()
+def lstm_weights(model: ContextLSTM, records: Sequence[Record], multi: bool) -> LSTMWeights:
+    """The plain-LSTM weights of ``model`` under ``records`` (one record unless ``multi``).
+
+    Multi-context weights stack only what depends on the context: W' for FactorCell, b' for
+    ConcatCell and FactorCell, and the output bias (always, so context_id is always used).
+    """
+    if not records:
+        raise ValueError("expected at least one context record, got none")
+    if not multi and len(records) != 1:
+        raise ValueError(f"a single-context export folds one record, got {len(records)}")
+    mode = model.config.mode
+    adapted = [model.adapt([dict(r)]) if model.adaptive else model.adapt(None) for r in records]
+    stack_w = multi and mode == "factor"
+    stack_b = multi and mode in ("concat", "factor")
+    layers = []
+    for i, cell in enumerate(model.cells):
+        weight = (
+            np.stack([_np(a.layers[i][0]) for a in adapted])
+            if stack_w
+            else _np(adapted[0].layers[i][0])
+        )  # (C, 3d, a) | (3d, a)
+        bias = (
+            np.stack([_np(a.layers[i][1]) for a in adapted])
+            if stack_b
+            else _np(adapted[0].layers[i][1])
+        )  # (C, 3d) | (3d,)
+        gain = None if cell.ln_gain is None else _np(cell.ln_gain)
+        shift = None if cell.ln_shift is None else _np(cell.ln_shift)
+        layers.append(LayerWeights(weight, bias, gain, shift))
+    out_bias = (
+        np.stack([_np(a.output_bias) for a in adapted]) if multi else _np(adapted[0].output_bias)
+    )  # (C, V) | (V,)
+    embedding = _np(model.embedding.weight)
+    out_emb = embedding if model.output_embedding is None else _np(model.output_embedding)
+    projection = None if model.L is None else _np(model.L.weight)  # (e, d)
+    return LSTMWeights(embedding, out_emb, projection, tuple(layers), out_bias)
+
+
+def _nbytes(w: LSTMWeights) -> int:
+    arrays = [w.embedding, w.output_embedding, w.projection, w.output_bias]
+    for layer in w.layers:
+        arrays += [layer.weight, layer.bias, layer.ln_gain, layer.ln_shift]
+    return sum(a.nbytes for a in arrays if a is not None)
+
+
+# -- export -----------------------------------------------------------------------------------
+
+
+def vocab_path_for(out: str | os.PathLike[str]) -> Path:
+    """The vocabulary file written beside ``out``: ``lm.onnx`` -> ``lm.vocab.txt``."""
+    out = Path(out)
+    stem = out.name[: -len(".onnx")] if out.name.endswith(".onnx") else out.name
+    return out.with_name(stem + ".vocab.txt")
+
+
+def export_metadata(
+    model: ContextLSTM, kind: str, records: Sequence[Record], vocab_file: str
+) -> dict[str, str]:
+    """The metadata properties of an export (see the module docstring)."""
+    cfg = model.config
+    fields = [ContextField(v.name, v.kind, v.values, v.dim).to_json() for v in cfg.context_vars]
+    folded = "expected context" if records == [{}] else json.dumps(records[0])
+    comment = f"{cfg.mode} context LSTM, {kind} export, " + (
+        f"{len(records)} contexts by context_id" if kind.startswith("multi") else folded
+    )
+    return {
+        "model_type": "context_lstm",
+        "format": FORMAT,
+        "format_version": str(FORMAT_VERSION),
+        "version": str(FORMAT_VERSION),
+        "export_kind": kind,
+        "comment": comment,
+        "vocab_size": str(cfg.vocab_size),
+        "sos_id": str(BOS_ID),
+        "eos_id": str(EOS_ID),
+        "unk_id": str(UNK_ID),
+        "pad_id": str(PAD_ID),
+        "num_layers": str(cfg.num_layers),
+        "hidden_size": str(cfg.hidden_dim),
+        "embedding_dim": str(cfg.embed_dim),
+        "mode": cfg.mode,
+        "layer_norm": "true" if cfg.layer_norm else "false",
+        "context_variables": json.dumps(fields),
+        "contexts": json.dumps(list(records)),
+        "num_contexts": str(len(records)),
+        "vocab_file": vocab_file,
+        "log_base": "e",
+    }
+
+
+def build_model(
+    model: ContextLSTM, options: ExportOptions, vocab_file: str = "vocab.txt"
+) -> tuple[onnx.ModelProto, list[Record]]:
+    """The checked ONNX model of ``options.kind`` and its context records (not written)."""
+    if not isinstance(model, ContextLSTM):
+        raise ValueError(f"expected a ContextLSTM model, got {type(model).__name__}")
+    if options.multi:
+        records = context_records(model, options.contexts, options.max_contexts)
+    else:
+        records = [normalise_record(model, options.context)]
+    weights = lstm_weights(model, records, options.multi)
+    size = _nbytes(weights)
+    if size > MAX_MODEL_BYTES:
+        raise ValueError(
+            f"the export would hold {size / 2**30:.2f} GiB of weights ({len(records)} contexts); "
+            f"ONNX files are limited to 2 GiB: export fewer contexts (--contexts FILE.jsonl)"
+        )
+    build = scorer_graph if options.scorer else step_graph
+    graph = build(weights, with_context=options.multi)
+    meta = export_metadata(model, options.kind, records, vocab_file)
+    onnx_model = make_model(graph, meta, options.opset, doc=meta["comment"])
+    onnx.checker.check_model(onnx_model, full_check=True)
+    return onnx_model, records
+
+
+def export_model(
+    model: ContextLSTM,
+    tokens: Sequence[str],
+    out: str | os.PathLike[str],
+    options: ExportOptions | None = None,
+) -> ExportResult:
+    """Write ``model`` as ONNX to ``out`` and its vocabulary beside it (:func:`vocab_path_for`)."""
+    options = options or ExportOptions()
+    out = Path(out)
+    tokens = list(tokens)
+    if len(tokens) != model.config.vocab_size:
+        raise ValueError(
+            f"vocabulary has {len(tokens)} tokens but the model's vocab_size is "
+            f"{model.config.vocab_size}"
+        )
+    if tuple(tokens[:3]) != SPECIAL_TOKENS:
+        raise ValueError(f"vocabulary must start with {list(SPECIAL_TOKENS)}, got {tokens[:3]}")
+    if out.is_dir():
+        raise ValueError(f"{out}: is a folder; expected the path of the .onnx file to write")
+    vocab_path = vocab_path_for(out)
+    onnx_model, records = build_model(model, options, vocab_path.name)
+    data = onnx_model.SerializeToString()
+    with atomic_write(vocab_path) as f:
+        f.write("".join(t + "\n" for t in tokens))
+    with atomic_write(out, "wb") as f:
+        f.write(data)
+    size = out.stat().st_size
+    logger.info(
+        "wrote %s (%s export, %d context(s), %.1f MiB) and %s",
+        out,
+        options.kind,
+        len(records),
+        size / 2**20,
+        vocab_path.name,
+    )
+    metadata = {p.key: p.value for p in onnx_model.metadata_props}
+    return ExportResult(out, vocab_path, options.kind, tuple(records), size, metadata)
+
+
+def export_checkpoint(
+    checkpoint: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    options: ExportOptions | None = None,
+) -> ExportResult:
+    """Load a checkpoint folder (the architecture comes from it) and :func:`export_model` it."""
+    model, tokens, _ = load_checkpoint(checkpoint)
+    if not isinstance(model, ContextLSTM):
+        raise ValueError(f"{checkpoint}: a {type(model).__name__} checkpoint; expected ContextLSTM")
+    return export_model(model, tokens, out, options)

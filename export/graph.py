@@ -1,0 +1,609 @@
+"""ONNX graphs of the coupled-gate context LSTM, built with ``onnx.helper`` from numpy weights.
+
+The weights come in with the context already folded in (:class:`LSTMWeights`: W' and b' of every
+layer, the output bias ``b_out + Q c + one-hot biases``), so each graph is a plain LSTM language
+model. With a leading context axis C on some of them (``multi``), the graph has an extra
+``context_id`` input (N,) that gathers one context's weights per row.
+
+What one graph computes (notation of :mod:`lm_models.lstm`; N batch, T steps, e embedding size,
+d hidden size, a = in + d, V vocabulary)::
+
+    w_t           = E[x_t]                                             Gather           (N, T, e)
+    gx            = w W'_x0^T + b'_0        all steps at once          MatMul, Add      (N, T, 3d)
+    Scan over t (state h, m: (layers, N, d)), per layer l:
+      gates       = gx_t + h_0 W'_h0^T                        (l = 0)                   (N, 3d)
+                  = [h_{l-1}, h_l] W'_l^T + b'_l              (l > 0)                   (N, 3d)
+      gates       = LN(i) g_i + s_i | LN(f) g_f + s_f | LN(o) g_o + s_o  (layer norm only)
+      f           = sigmoid(f + 1);  m_l = m_l f + (1 - f) tanh(i);  h_l = tanh(m_l) sigmoid(o)
+    h_top         = the top layer's h_t for every t            Scan output             (N, T, d)
+    log p         = log_softmax(E_out L h_top + bias)          MatMul(s), Add, LogSoftmax (N,T,V)
+
+which is :meth:`lm_models.lstm.ContextLSTM.forward` step for step (same operations in the same
+order, float32). Per-context weights are gathered by ``context_id``: b' (N, 3d) and the output
+bias (N, V) per row; W' (FactorCell) per row as (N, a, 3d), so that every step is a batched
+``h (N, 1, a) @ W' (N, a, 3d)``. That reads N copies of W' per step, so the graph has an If:
+when every row of the batch has the same context_id, W' is gathered once and the matmuls are
+the shared ones (the cost of a single-context export); ``rescorer.onnx_lm`` batches by context
+to get that path.
+
+Two graph families:
+
+* :func:`step_graph` -- inputs ``x`` (N, L) int64, ``h0``, ``c0`` (layers, N, d) float32
+  [, ``context_id`` (N,) int64]; outputs ``log_softmax`` (N, L, V) (log p of the token after each
+  input position), ``next_h0``, ``next_c0`` (layers, N, d). ``c0`` is the LSTM memory cell m. The
+  icefall / sherpa-onnx RNN LM signature (bound by position: x, state0, state1).
+* :func:`scorer_graph` -- inputs ``x`` (N, L) = ``<s> w1 .. wn </s>`` padded, ``x_lens`` (N,)
+  = n + 2 [, ``context_id``]; outputs ``token_logprobs`` (N, L - 1) = log p(x[:, t+1] | x[:, :t+1])
+  with zeros at and beyond ``x_lens - 1``, and ``sentence_logprob`` (N,) their sum. Padding may
+  be any valid id (the toolkit pads with ``</s>``): padded positions are masked in the graph.
+
+All logs are natural logs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17  # LayerNormalization needs 17
+IR_VERSION = 8  # the IR of opset 17; newer IRs are refused by older ONNX Runtime releases
+FORGET_BIAS = 1.0  # f <- sigmoid(f + 1), as lm_models.lstm.FORGET_BIAS
+LAYER_NORM_EPS = 1e-5  # as lm_models.lstm.LAYER_NORM_EPS
+
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _f32(name: str, array: np.ndarray | None) -> np.ndarray | None:
+    if array is None:
+        return None
+    out = np.ascontiguousarray(np.asarray(array, dtype=np.float32))
+    if not np.all(np.isfinite(out)):
+        raise ValueError(f"{name}: expected finite weights, got NaN or infinity")
+    return out
+
+
+def _check_shape(name: str, array: np.ndarray, shapes: Sequence[tuple[int, ...]]) -> None:
+    if array.shape not in shapes:
+        want = " or ".join(str(s) for s in shapes)
+        raise ValueError(f"{name}: expected shape {want}, got {array.shape}")
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """One layer with its context folded in. A leading axis C means one set per context."""
+
+    # W' = W + A: (3d, a) | (C, 3d, a), columns [input | recurrent] as in ContextLSTMCell.W.
+    weight: np.ndarray
+    # b' = V c + b: (3d,) | (C, 3d).
+    bias: np.ndarray
+    # Per-gate layer-norm gain (rows i, f, o): (3, d), or None without layer norm.
+    ln_gain: np.ndarray | None = None
+    # Per-gate layer-norm shift: (3, d), or None without layer norm.
+    ln_shift: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        for field in ("weight", "bias", "ln_gain", "ln_shift"):
+            object.__setattr__(self, field, _f32(field, getattr(self, field)))
+        if (self.ln_gain is None) != (self.ln_shift is None):
+            raise ValueError("layer norm: expected both ln_gain and ln_shift, or neither")
+
+    @property
+    def per_context_weight(self) -> bool:
+        return self.weight.ndim == 3
+
+    @property
+    def per_context_bias(self) -> bool:
+        return self.bias.ndim == 2
+
+
+@dataclass(frozen=True)
+class LSTMWeights:
+    """Everything a graph needs: a plain (context-folded) ContextLSTM as numpy arrays."""
+
+    # E (V, e): the input embedding.
+    embedding: np.ndarray
+    # E_out (V, e): the output embedding (E itself when tied).
+    output_embedding: np.ndarray
+    # L (e, d): the projection of h before the output layer, None when e == d.
+    projection: np.ndarray | None
+    # The LSTM layers, bottom first.
+    layers: tuple[LayerWeights, ...]
+    # b_out + Q c + one-hot biases: (V,) | (C, V).
+    output_bias: np.ndarray
+
+    def __post_init__(self) -> None:
+        for field in ("embedding", "output_embedding", "projection", "output_bias"):
+            object.__setattr__(self, field, _f32(field, getattr(self, field)))
+        object.__setattr__(self, "layers", tuple(self.layers))
+        if self.embedding.ndim != 2:
+            raise ValueError(f"embedding: expected (V, e), got shape {self.embedding.shape}")
+        if not self.layers:
+            raise ValueError("expected at least one LSTM layer, got none")
+        v, e = self.embedding.shape
+        d = self.hidden_dim
+        c = self.num_contexts
+        _check_shape("output_embedding", self.output_embedding, [(v, e)])
+        if self.projection is not None:
+            _check_shape("projection", self.projection, [(e, d)])
+        elif e != d:
+            raise ValueError(f"projection: expected an (e, d) = ({e}, {d}) matrix since e != d")
+        stacked = [(c,)] if c is not None else []
+        _check_shape("output_bias", self.output_bias, [(v,), *[s + (v,) for s in stacked]])
+        for i, layer in enumerate(self.layers):
+            a = (e if i == 0 else d) + d
+            _check_shape(
+                f"layer {i} weight", layer.weight, [(3 * d, a), *[s + (3 * d, a) for s in stacked]]
+            )
+            _check_shape(
+                f"layer {i} bias", layer.bias, [(3 * d,), *[s + (3 * d,) for s in stacked]]
+            )
+            if layer.ln_gain is not None and layer.ln_shift is not None:
+                _check_shape(f"layer {i} ln_gain", layer.ln_gain, [(3, d)])
+                _check_shape(f"layer {i} ln_shift", layer.ln_shift, [(3, d)])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.embedding.shape[0])
+
+    @property
+    def embed_dim(self) -> int:
+        return int(self.embedding.shape[1])
+
+    @property
+    def hidden_dim(self) -> int:
+        return int(self.layers[0].weight.shape[-2]) // 3
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_contexts(self) -> int | None:
+        """C when some weights carry a context axis, else None."""
+        sizes = {self.output_bias.shape[0]} if self.output_bias.ndim == 2 else set()
+        for layer in self.layers:
+            if layer.per_context_weight:
+                sizes.add(layer.weight.shape[0])
+            if layer.per_context_bias:
+                sizes.add(layer.bias.shape[0])
+        if len(sizes) > 1:
+            raise ValueError(f"per-context weights disagree on the number of contexts: {sizes}")
+        return sizes.pop() if sizes else None
+
+
+class _Builder:
+    """Nodes of one graph (the main graph, an If branch or a Scan body).
+
+    Initializers always go to the root (main) builder, once per name, so that subgraphs read
+    them from the outer scope; names are unique across the main graph and all its subgraphs.
+    """
+
+    def __init__(
+        self, counter: Iterator[int], prefix: str = "", root: _Builder | None = None
+    ) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._names: set[str] = set()
+        self._counter = counter
+        self._prefix = prefix
+        self._root = root
+
+    def sub(self, prefix: str) -> _Builder:
+        """A builder for a subgraph of this one."""
+        return _Builder(self._counter, self._prefix + prefix, self._root or self)
+
+    def fresh(self, hint: str) -> str:
+        return f"{self._prefix}{hint}_{next(self._counter)}"
+
+    def const(self, name: str, array: np.ndarray) -> str:
+        root = self._root or self
+        if name not in root._names:
+            root._names.add(name)
+            root.initializers.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type: str, inputs: Sequence[str], hint: str = "", **attrs: object) -> str:
+        (out,) = self.ops(op_type, inputs, 1, hint, **attrs)
+        return out
+
+    def ops(
+        self, op_type: str, inputs: Sequence[str], n_out: int, hint: str = "", **attrs: object
+    ) -> list[str]:
+        outs = [self.fresh(hint or op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(
+            helper.make_node(
+                op_type,
+                list(inputs),
+                outs,
+                name=self.fresh(f"{hint or op_type.lower()}_node"),
+                **attrs,
+            )
+        )
+        return outs
+
+
+class _Consts:
+    """Small shared constants (initializers of the main graph)."""
+
+    def __init__(self, b: _Builder) -> None:
+        self._b = b
+
+    @property
+    def axis0(self) -> str:
+        return self._b.const("axes_0", np.array([0], dtype=np.int64))
+
+    @property
+    def axis1(self) -> str:
+        return self._b.const("axes_1", np.array([1], dtype=np.int64))
+
+    @property
+    def axis2(self) -> str:
+        return self._b.const("axes_2", np.array([2], dtype=np.int64))
+
+    @property
+    def one(self) -> str:
+        return self._b.const("one_f", np.array(1.0, dtype=np.float32))
+
+    @property
+    def zero(self) -> str:
+        return self._b.const("zero_f", np.array(0.0, dtype=np.float32))
+
+
+def _per_row(b: _Builder, table: str, context_id: str | None, hint: str) -> str:
+    """Gather one context's slice per row: (C, ...) -> (N, ...)."""
+    if context_id is None:
+        raise ValueError(f"{hint}: per-context weights need a context_id input")
+    return b.op("Gather", [table, context_id], hint, axis=0)
+
+
+def _lstm(
+    b: _Builder,
+    w: LSTMWeights,
+    k: _Consts,
+    x: str,
+    h0: str,
+    m0: str,
+    context_id: str | None,
+) -> tuple[str, str, str]:
+    """Embedding, input gates and the Scan over time: (h_top (N, T, d), h_T, m_T).
+
+    With per-context W' (FactorCell, multi-context) the recurrence is built twice under an If:
+    when every row has the same context_id, that context's W' is gathered once and the matmuls
+    are the shared ones (as cheap as a single-context export); otherwise W' is gathered per row,
+    (N, a, 3d), and every step is a batched matmul.
+    """
+    emb = b.op("Gather", [b.const("embedding", w.embedding), x], "emb", axis=0)  # (N, T, e)
+    if context_id is None or not any(layer.per_context_weight for layer in w.layers):
+
+        def rows(sub: _Builder, table: str, hint: str) -> str:
+            return _per_row(sub, table, context_id, hint)  # (C, ...) -> (N, ...)
+
+        return _recurrence(b, w, k, emb, h0, m0, rows, per_row=True)
+    # One context for the whole batch?                                       scalars, bool
+    lo = b.op("ReduceMin", [context_id], "cid_min", keepdims=0)
+    hi = b.op("ReduceMax", [context_id], "cid_max", keepdims=0)
+    same = b.op("Equal", [lo, hi], "one_context")
+
+    def uniform(sub: _Builder, table: str, hint: str) -> str:
+        return sub.op("Gather", [table, lo], hint, axis=0)  # (C, ...) -> (...)
+
+    def rows(sub: _Builder, table: str, hint: str) -> str:
+        return sub.op("Gather", [table, context_id], hint, axis=0)  # (C, ...) -> (N, ...)
+
+    branches = []
+    for name, select, per_row in (("one", uniform, False), ("rows", rows, True)):
+        sub = b.sub(f"{name}/")
+        outs = _recurrence(sub, w, k, emb, h0, m0, select, per_row=per_row)
+        d = w.hidden_dim
+        shapes = (["N", "T", d], [w.num_layers, "N", d], [w.num_layers, "N", d])
+        branches.append(
+            helper.make_graph(
+                sub.nodes,
+                f"lstm_{name}_context",
+                [],
+                [
+                    helper.make_tensor_value_info(o, TensorProto.FLOAT, shape)
+                    for o, shape in zip(outs, shapes, strict=True)
+                ],
+            )
+        )
+    h_all, h_T, m_T = b.ops(
+        "If", [same], 3, "lstm", then_branch=branches[0], else_branch=branches[1]
+    )
+    return h_all, h_T, m_T
+
+
+Select = Callable[[_Builder, str, str], str]
+
+
+def _recurrence(
+    b: _Builder,
+    w: LSTMWeights,
+    k: _Consts,
+    emb: str,
+    h0: str,
+    m0: str,
+    select: Select,
+    per_row: bool,
+) -> tuple[str, str, str]:
+    """Input gates of layer 0 and the Scan over time: (h_top (N, T, d), h_T, m_T).
+
+    ``select(builder, table, hint)`` picks the context's slice of a per-context table (C, ...);
+    ``per_row`` says whether it keeps a row axis (N, ...) or gives one slice for every row.
+    """
+    d, n_layers = w.hidden_dim, w.num_layers
+    e = w.embed_dim
+
+    # Layer 0's input half for every step at once: w W'_x^T + b'                      (N, T, 3d)
+    first = w.layers[0]
+    w_t = np.swapaxes(first.weight, -1, -2)  # W'^T: (a, 3d) | (C, a, 3d)
+    w_x = b.const("l0_w_x_t", np.ascontiguousarray(w_t[..., :e, :]))  # (e, 3d) | (C, e, 3d)
+    w_h = b.const("l0_w_h_t", np.ascontiguousarray(w_t[..., e:, :]))  # (d, 3d) | (C, d, 3d)
+    if first.per_context_weight:
+        w_x = select(b, w_x, "l0_w_x_c")  # (e, 3d) | (N, e, 3d)
+        w_h = select(b, w_h, "l0_w_h_c")  # (d, 3d) | (N, d, 3d)
+    gx = b.op("MatMul", [emb, w_x], "l0_gx")  # (N, T, 3d), batched when per row
+    bias0 = b.const("l0_b", first.bias)  # (3d,) | (C, 3d)
+    if first.per_context_bias:
+        bias0 = select(b, bias0, "l0_b_c")  # (3d,) | (N, 3d)
+        if per_row:
+            bias0 = b.op("Unsqueeze", [bias0, k.axis1], "l0_b_n13d")  # (N, 1, 3d)
+    gx = b.op("Add", [gx, bias0], "l0_gx_b")  # (N, T, 3d)
+
+    # Weights of the upper layers, selected outside the loop when per context.
+    upper: list[tuple[str, str, bool]] = []  # (W'^T (a, 3d) | (N, a, 3d), b', per-row W)
+    for i, layer in enumerate(w.layers[1:], start=1):
+        wt = b.const(f"l{i}_w_t", np.ascontiguousarray(np.swapaxes(layer.weight, -1, -2)))
+        if layer.per_context_weight:
+            wt = select(b, wt, f"l{i}_w_c")  # (a, 3d) | (N, a, 3d)
+        bias = b.const(f"l{i}_b", layer.bias)
+        if layer.per_context_bias:
+            bias = select(b, bias, f"l{i}_b_c")  # (3d,) | (N, 3d)
+        upper.append((wt, bias, layer.per_context_weight and per_row))
+
+    # The time loop: one step of every layer.
+    body = b.sub("s/")
+    h_prev, m_prev, gx_t = body.fresh("h_prev"), body.fresh("m_prev"), body.fresh("gx_t")
+    below = ""
+    h_new: list[str] = []
+    m_new: list[str] = []
+    for i, layer in enumerate(w.layers):
+        idx = b.const(f"layer_index_{i}", np.array(i, dtype=np.int64))
+        h = body.op("Gather", [h_prev, idx], f"h{i}", axis=0)  # (N, d)
+        m = body.op("Gather", [m_prev, idx], f"m{i}", axis=0)  # (N, d)
+        if i == 0:
+            batched = first.per_context_weight and per_row
+            rec = _times(body, h, w_h, batched, k, "l0_hw")  # h W'_h^T                (N, 3d)
+            gates = body.op("Add", [gx_t, rec], "l0_gates")  # (N, 3d)
+        else:
+            wt, bias, batched = upper[i - 1]
+            xh = body.op("Concat", [below, h], f"l{i}_xh", axis=1)  # [h_{l-1}, h_l]  (N, 2d)
+            gates = _times(body, xh, wt, batched, k, f"l{i}_xhw")  # (N, 3d)
+            gates = body.op("Add", [gates, bias], f"l{i}_gates")  # (N, 3d)
+        if layer.ln_gain is not None and layer.ln_shift is not None:
+            # Per-gate layer norm: (N, 3d) -> (N, 3, d), normalise each gate over its d units.
+            shape3 = b.const(f"l{i}_shape_n3d", np.array([0, 3, d], dtype=np.int64))
+            shape1 = b.const(f"l{i}_shape_n_3d", np.array([0, 3 * d], dtype=np.int64))
+            ones = b.const(f"l{i}_ln_unit", np.ones(d, dtype=np.float32))
+            per_gate = body.op("Reshape", [gates, shape3], f"l{i}_per_gate")  # (N, 3, d)
+            normed = body.op(
+                "LayerNormalization", [per_gate, ones], f"l{i}_ln", axis=-1, epsilon=LAYER_NORM_EPS
+            )  # (N, 3, d)
+            gain = b.const(f"l{i}_ln_gain", layer.ln_gain)  # (3, d)
+            shift = b.const(f"l{i}_ln_shift", layer.ln_shift)  # (3, d)
+            scaled = body.op("Mul", [normed, gain], f"l{i}_ln_g")
+            shifted = body.op("Add", [scaled, shift], f"l{i}_ln_s")
+            gates = body.op("Reshape", [shifted, shape1], f"l{i}_gates_ln")  # (N, 3d)
+        gi, gf, go = body.ops("Split", [gates], 3, f"l{i}_gate", axis=1)  # each (N, d)
+        fb = b.const(f"l{i}_forget_bias", np.array(FORGET_BIAS, dtype=np.float32))
+        f = body.op("Sigmoid", [body.op("Add", [gf, fb])], f"l{i}_f")  # sigmoid(f + 1)
+        keep = body.op("Mul", [m, f], f"l{i}_keep")  # m_{t-1} f
+        write = body.op("Sub", [k.one, f], f"l{i}_1mf")  # 1 - f
+        cand = body.op("Tanh", [gi], f"l{i}_cand")  # tanh(i)
+        m_t = body.op("Add", [keep, body.op("Mul", [write, cand])], f"l{i}_m")  # (N, d)
+        h_t = body.op(
+            "Mul", [body.op("Tanh", [m_t]), body.op("Sigmoid", [go])], f"l{i}_h"
+        )  # tanh(m) sigmoid(o)                                                          (N, d)
+        h_new.append(body.op("Unsqueeze", [h_t, k.axis0], f"l{i}_h1"))  # (1, N, d)
+        m_new.append(body.op("Unsqueeze", [m_t, k.axis0], f"l{i}_m1"))
+        below = h_t
+    h_next = body.op("Concat", h_new, "h_next", axis=0) if n_layers > 1 else h_new[0]
+    m_next = body.op("Concat", m_new, "m_next", axis=0) if n_layers > 1 else m_new[0]
+    h_out = body.op("Identity", [below], "h_top")  # (N, d), stacked over t by the Scan
+    state = [n_layers, "N", d]
+    body_graph = helper.make_graph(
+        body.nodes,
+        "lstm_step",
+        [
+            helper.make_tensor_value_info(h_prev, TensorProto.FLOAT, state),
+            helper.make_tensor_value_info(m_prev, TensorProto.FLOAT, state),
+            helper.make_tensor_value_info(gx_t, TensorProto.FLOAT, ["N", 3 * d]),
+        ],
+        [
+            helper.make_tensor_value_info(h_next, TensorProto.FLOAT, state),
+            helper.make_tensor_value_info(m_next, TensorProto.FLOAT, state),
+            helper.make_tensor_value_info(h_out, TensorProto.FLOAT, ["N", d]),
+        ],
+    )
+    h_T, m_T, h_all = b.ops(
+        "Scan",
+        [h0, m0, gx],
+        3,
+        "scan",
+        body=body_graph,
+        num_scan_inputs=1,
+        scan_input_axes=[1],
+        scan_output_axes=[1],
+    )  # (layers, N, d), (layers, N, d), (N, T, d)
+    return h_all, h_T, m_T
+
+
+def _times(b: _Builder, x: str, wt: str, per_row: bool, k: _Consts, hint: str) -> str:
+    """x W^T for x (N, in): W^T shared (in, out), or one per row (N, in, out) (batched)."""
+    if not per_row:
+        return b.op("MatMul", [x, wt], hint)  # (N, out)
+    x3 = b.op("Unsqueeze", [x, k.axis1], f"{hint}_x")  # (N, 1, in)
+    y3 = b.op("MatMul", [x3, wt], f"{hint}_bmm")  # (N, 1, in) @ (N, in, out) = (N, 1, out)
+    return b.op("Squeeze", [y3, k.axis1], hint)  # (N, out)
+
+
+def _log_softmax(
+    b: _Builder, w: LSTMWeights, k: _Consts, h_all: str, context_id: str | None
+) -> str:
+    """Eq. 5/6 over every step: log_softmax(E_out L h + bias), (N, T, d) -> (N, T, V)."""
+    h = h_all
+    if w.projection is not None:
+        h = b.op("MatMul", [h, b.const("projection_t", w.projection.T.copy())], "Lh")  # (N,T,e)
+    out_t = b.const("output_embedding_t", w.output_embedding.T.copy())  # (e, V)
+    logits = b.op("MatMul", [h, out_t], "logits")  # (N, T, V)
+    bias = b.const("output_bias", w.output_bias)  # (V,) | (C, V)
+    if w.output_bias.ndim == 2:
+        rows = _per_row(b, bias, context_id, "output_bias_rows")  # (N, V)
+        bias = b.op("Unsqueeze", [rows, k.axis1], "output_bias_n1v")  # (N, 1, V)
+    logits = b.op("Add", [logits, bias], "logits_b")  # (N, T, V)
+    return b.op("LogSoftmax", [logits], "log_probs", axis=-1)  # (N, T, V)
+
+
+def _inputs(w: LSTMWeights, with_context: bool) -> tuple[list[onnx.ValueInfoProto], str | None]:
+    if w.num_contexts is not None and not with_context:
+        raise ValueError(
+            f"weights hold {w.num_contexts} contexts: build a multi-context graph (context_id)"
+        )
+    if not with_context:
+        return [], None
+    return [helper.make_tensor_value_info("context_id", TensorProto.INT64, ["N"])], "context_id"
+
+
+def step_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
+    """The step model: (x, h0, c0 [, context_id]) -> (log_softmax, next_h0, next_c0)."""
+    extra, context_id = _inputs(w, with_context)
+    b = _Builder(itertools.count())
+    k = _Consts(b)
+    d, layers, v = w.hidden_dim, w.num_layers, w.vocab_size
+    h_all, h_T, m_T = _lstm(b, w, k, "x", "h0", "c0", context_id)
+    log_probs = _log_softmax(b, w, k, h_all, context_id)
+    b.nodes.append(helper.make_node("Identity", [log_probs], ["log_softmax"], name="out_logp"))
+    b.nodes.append(helper.make_node("Identity", [h_T], ["next_h0"], name="out_h"))
+    b.nodes.append(helper.make_node("Identity", [m_T], ["next_c0"], name="out_c"))
+    state = [layers, "N", d]
+    return helper.make_graph(
+        b.nodes,
+        "context_lstm_step",
+        [
+            helper.make_tensor_value_info("x", TensorProto.INT64, ["N", "L"]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, state),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, state),
+            *extra,
+        ],
+        [
+            helper.make_tensor_value_info("log_softmax", TensorProto.FLOAT, ["N", "L", v]),
+            helper.make_tensor_value_info("next_h0", TensorProto.FLOAT, state),
+            helper.make_tensor_value_info("next_c0", TensorProto.FLOAT, state),
+        ],
+        initializer=b.initializers,
+    )
+
+
+def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
+    """The sentence scorer: (x, x_lens [, context_id]) -> (token_logprobs, sentence_logprob)."""
+    extra, context_id = _inputs(w, with_context)
+    b = _Builder(itertools.count())
+    k = _Consts(b)
+    d, layers = w.hidden_dim, w.num_layers
+    # inputs = x[:, :-1], targets = x[:, 1:]                                          (N, L-1)
+    start0 = b.const("start_0", np.array([0], dtype=np.int64))
+    start1 = b.const("start_1", np.array([1], dtype=np.int64))
+    end_m1 = b.const("end_m1", np.array([-1], dtype=np.int64))
+    end_max = b.const("end_max", np.array([INT64_MAX], dtype=np.int64))
+    inputs = b.op("Slice", ["x", start0, end_m1, k.axis1], "inputs")
+    targets = b.op("Slice", ["x", start1, end_max, k.axis1], "targets")
+    # Zero initial state (layers, N, d).
+    n = b.op("Shape", ["x"], "n", start=0, end=1)  # (1,)
+    state_shape = b.op(
+        "Concat",
+        [
+            b.const("n_layers", np.array([layers], dtype=np.int64)),
+            n,
+            b.const("hidden", np.array([d], dtype=np.int64)),
+        ],
+        "state_shape",
+        axis=0,
+    )
+    zeros = b.op(
+        "ConstantOfShape",
+        [state_shape],
+        "zeros",
+        value=numpy_helper.from_array(np.zeros(1, dtype=np.float32)),
+    )
+    h_all, _, _ = _lstm(b, w, k, inputs, zeros, zeros, context_id)
+    log_probs = _log_softmax(b, w, k, h_all, context_id)  # (N, L-1, V)
+    picked = b.op(
+        "GatherElements", [log_probs, b.op("Unsqueeze", [targets, k.axis2])], "picked", axis=2
+    )  # (N, L-1, 1)
+    picked = b.op("Squeeze", [picked, k.axis2], "picked_nt")  # (N, L-1)
+    # Mask positions t >= x_lens - 1 (the padding after </s>).
+    steps = b.op("Squeeze", [b.op("Shape", [targets], "t", start=1, end=2), k.axis0], "steps")
+    t_range = b.op(
+        "Range",
+        [
+            b.const("zero_i", np.array(0, dtype=np.int64)),
+            steps,
+            b.const("one_i", np.array(1, dtype=np.int64)),
+        ],
+        "t_range",
+    )  # (L-1,)
+    n_scored = b.op("Sub", ["x_lens", b.const("one_i64", np.array(1, dtype=np.int64))])  # (N,)
+    valid = b.op(
+        "Less",
+        [b.op("Unsqueeze", [t_range, k.axis0]), b.op("Unsqueeze", [n_scored, k.axis1])],
+        "valid",
+    )  # (1, L-1) < (N, 1) -> (N, L-1)
+    b.nodes.append(
+        helper.make_node("Where", [valid, picked, k.zero], ["token_logprobs"], name="out_tok")
+    )
+    b.nodes.append(
+        helper.make_node(
+            "ReduceSum",
+            ["token_logprobs", k.axis1],
+            ["sentence_logprob"],
+            name="out_sum",
+            keepdims=0,
+        )
+    )
+    return helper.make_graph(
+        b.nodes,
+        "context_lstm_scorer",
+        [
+            helper.make_tensor_value_info("x", TensorProto.INT64, ["N", "L"]),
+            helper.make_tensor_value_info("x_lens", TensorProto.INT64, ["N"]),
+            *extra,
+        ],
+        [
+            helper.make_tensor_value_info("token_logprobs", TensorProto.FLOAT, ["N", "T"]),
+            helper.make_tensor_value_info("sentence_logprob", TensorProto.FLOAT, ["N"]),
+        ],
+        initializer=b.initializers,
+    )
+
+
+def make_model(
+    graph: onnx.GraphProto, metadata: dict[str, str], opset: int = OPSET, doc: str = ""
+) -> onnx.ModelProto:
+    """Wrap ``graph`` into a model with string metadata properties."""
+    if opset < OPSET:
+        raise ValueError(f"opset: expected {OPSET} or later (LayerNormalization), got {opset}")
+    ir = max(IR_VERSION, helper.find_min_ir_version_for([helper.make_opsetid("", opset)]))
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset)],
+        ir_version=ir,
+        producer_name="rescorer",
+        doc_string=doc,
+    )
+    helper.set_model_props(model, {str(k): str(v) for k, v in metadata.items()})
+    return model

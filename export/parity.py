@@ -1,0 +1,112 @@
+"""Parity of an ONNX export with the PyTorch model it came from.
+
+:func:`check_parity` runs the export with ONNX Runtime (CPU) and the model with PyTorch on the same
+random batches (batch sizes 1..4 by default, unequal lengths, random context ids for multi-context
+exports, random initial states for step models) and reports the largest absolute difference of
+any output: log-probabilities, next states, per-token and per-sentence scores. The PyTorch side
+goes through ``ContextLSTM.forward`` / ``ContextLSTM.score`` with the context *records* (its own
+adaptation path), not through the folded weights the export was built from.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lm_models.lstm import ContextLSTM
+from rescorer.onnx_lm import OnnxMeta, create_session
+
+TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """Largest ONNX-vs-PyTorch difference over the batches compared."""
+
+    # The export kind.
+    kind: str
+    # Largest absolute difference of any output value (log-probs in nats, states).
+    max_abs_diff: float
+    # Batches compared.
+    batches: int
+    # The tolerance ``ok`` compares against.
+    tolerance: float = TOLERANCE
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs_diff <= self.tolerance
+
+    def describe(self) -> str:
+        verdict = "ok" if self.ok else "FAILED"
+        return (
+            f"parity with PyTorch {verdict}: max abs difference {self.max_abs_diff:.2e} "
+            f"(tolerance {self.tolerance:.0e}) over {self.batches} {self.kind} batches"
+        )
+
+
+def _diff(a: np.ndarray, b: torch.Tensor) -> float:
+    b_np = b.detach().to(torch.float32).cpu().numpy()
+    if a.shape != b_np.shape:
+        raise ValueError(f"parity: ONNX output shape {a.shape} != PyTorch shape {b_np.shape}")
+    return float(np.abs(a - b_np).max()) if a.size else 0.0
+
+
+@torch.no_grad()
+def check_parity(
+    model: ContextLSTM,
+    path: str | os.PathLike[str],
+    batch_sizes: Sequence[int] = (1, 2, 3, 4),
+    max_len: int = 7,
+    seed: int = 0,
+    tolerance: float = TOLERANCE,
+) -> ParityReport:
+    """Compare the export at ``path`` with ``model`` on random batches (see the module doc)."""
+    path = Path(path)
+    session, _ = create_session(path, "cpu")
+    meta = OnnxMeta.from_props(dict(session.get_modelmeta().custom_metadata_map), path)
+    if meta.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"{path}: vocab_size {meta.vocab_size} != the model's {model.config.vocab_size}"
+        )
+    model = model.eval()
+    dtype = model.b_out.dtype
+    rng = np.random.default_rng(seed)
+    v, layers, d = meta.vocab_size, meta.num_layers, meta.hidden_size
+    worst = 0.0
+    for n in batch_sizes:
+        cids = rng.integers(0, len(meta.contexts), n) if meta.multi else np.zeros(n, np.int64)
+        records = [meta.contexts[c] for c in cids] if model.adaptive else None
+        if meta.scorer:
+            words = rng.integers(0, max_len, n)  # sentence lengths, 0 allowed
+            width = int(words.max()) + 2
+            x = np.full((n, width), meta.pad_id, dtype=np.int64)
+            x[:, 0] = meta.sos_id
+            for j, k in enumerate(words):
+                x[j, 1 : 1 + k] = rng.integers(3, v, k)
+                x[j, 1 + k] = meta.eos_id
+            lens = (words + 2).astype(np.int64)
+            feed = {"x": x, "x_lens": lens}
+            if meta.multi:
+                feed["context_id"] = cids.astype(np.int64)
+            tok, sent = session.run(None, feed)
+            xt = torch.from_numpy(x)
+            ref = model.score(xt[:, :-1], xt[:, 1:], torch.from_numpy(lens - 1), records)
+            worst = max(worst, _diff(tok, ref), _diff(sent, ref.sum(dim=1)))
+        else:
+            length = int(rng.integers(1, max_len + 1))
+            x = rng.integers(0, v, (n, length)).astype(np.int64)
+            h0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+            c0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+            feed = {"x": x, "h0": h0, "c0": c0}
+            if meta.multi:
+                feed["context_id"] = cids.astype(np.int64)
+            log_probs, h, m = session.run(None, feed)
+            state = (torch.from_numpy(h0).to(dtype), torch.from_numpy(c0).to(dtype))
+            ref, (ref_h, ref_m) = model(torch.from_numpy(x), records, state)
+            worst = max(worst, _diff(log_probs, ref), _diff(h, ref_h), _diff(m, ref_m))
+    return ParityReport(meta.kind, worst, len(batch_sizes), tolerance)

@@ -1,0 +1,342 @@
+"""A CoNLL-U reader: sentences of syntactic words, multiword tokens and empty nodes.
+
+The format (https://universaldependencies.org/format.html): comment lines start with ``#``
+(``# sent_id = ...`` and ``# text = ...`` are the usual ones), a blank line ends a sentence, and
+every other line has ten tab-separated fields ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS
+MISC. Three kinds of ID:
+
+- ``5``: a syntactic word (a :class:`Word`); words are numbered 1, 2, ... in each sentence.
+- ``3-4``: a multiword token (a :class:`MultiwordToken`): one surface token spanning the words
+  3 and 4 (``page's`` = ``page`` + ``'s``; Turkish ``yakasındaki`` = ``yakasında`` + ``ki``). It
+  has only FORM (and MISC); its line comes right before the first word it spans.
+- ``5.1``: an empty node (an :class:`EmptyNode`) of the enhanced graph, inserted after word 5
+  (``0.1`` before the first word). It is no word of the sentence: it has no surface form in the
+  text and no basic-tree HEAD.
+
+:meth:`Sentence.surface` gives the surface tokens: each multiword token once, in place of the
+words it spans, and every other word as itself; empty nodes are left out, as the text leaves
+them out. Field values are kept as written; ``_`` means "unspecified" in every field but FORM
+and LEMMA, where it can also be a literal underscore (the format does not tell them apart).
+
+Malformed input raises :class:`rescorer.errors.InputError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rescorer.errors import InputError
+from rescorer.io import read_lines
+
+logger = logging.getLogger(__name__)
+
+UNSPECIFIED = "_"
+"""The value of a field that is not given."""
+
+_WORD_ID = re.compile(r"[1-9][0-9]*")
+_RANGE_ID = re.compile(r"([1-9][0-9]*)-([1-9][0-9]*)")
+_EMPTY_ID = re.compile(r"(0|[1-9][0-9]*)\.([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class Word:
+    """A syntactic word: one numbered line of a sentence."""
+
+    # 1-based position in the sentence.
+    id: int
+    # Word form as it appears in the text (for a part of a multiword token, the part's form).
+    form: str
+    # Lemma or stem; "_" when unspecified.
+    lemma: str
+    # Universal part-of-speech tag; "_" when unspecified.
+    upos: str
+    # Language-specific part-of-speech tag; "_" when unspecified.
+    xpos: str
+    # Morphological features "Case=Dat|Number=Sing" (sorted by name in valid files); "_": none.
+    feats: str
+    # Head word id (0: the root); None where HEAD is "_" (unparsed data).
+    head: int | None
+    # Dependency relation to the head; "_" when unspecified.
+    deprel: str
+    # Enhanced dependency graph "head:rel|..."; "_" when unspecified.
+    deps: str
+    # Any other annotation ("SpaceAfter=No|..."); "_" when none.
+    misc: str
+    # Line of the word in its file (1-based).
+    line: int = field(default=0, compare=False)
+
+    @property
+    def feats_dict(self) -> dict[str, str]:
+        """FEATS as ``{name: value}`` (empty for ``_``)."""
+        return parse_feats(self.feats)
+
+
+@dataclass(frozen=True)
+class MultiwordToken:
+    """A surface token spanning the words ``first``..``last`` (a line with ID ``first-last``)."""
+
+    # Ids of the first and last word it spans (last > first).
+    first: int
+    last: int
+    # Its surface form.
+    form: str
+    # MISC of the token ("SpaceAfter=No" lives here for multiword tokens).
+    misc: str
+    # Line in the file (1-based).
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class EmptyNode:
+    """An empty node of the enhanced graph, ID ``after.index`` (inserted after word ``after``)."""
+
+    # The word it follows (0: before the first word) and its index among those nodes (1, 2, ...).
+    after: int
+    index: int
+    form: str
+    lemma: str
+    upos: str
+    xpos: str
+    feats: str
+    # Enhanced dependencies; empty nodes take part in the enhanced graph only.
+    deps: str
+    misc: str
+    # Line in the file (1-based).
+    line: int = field(default=0, compare=False)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence: comments, words, multiword tokens and empty nodes."""
+
+    # The words, in order (words[i].id == i + 1).
+    words: tuple[Word, ...]
+    # Multiword tokens, in order of their first word.
+    multiword_tokens: tuple[MultiwordToken, ...] = ()
+    # Empty nodes, in file order.
+    empty_nodes: tuple[EmptyNode, ...] = ()
+    # Comment lines as (key, value) for "# key = value", (text, "") for any other comment.
+    comments: tuple[tuple[str, str], ...] = ()
+    # File and line where the sentence starts (its first comment or token line).
+    path: str = field(default="", compare=False)
+    line: int = field(default=0, compare=False)
+
+    @property
+    def sent_id(self) -> str | None:
+        """The ``# sent_id = ...`` value, if any."""
+        return self.comment("sent_id")
+
+    @property
+    def text(self) -> str | None:
+        """The ``# text = ...`` value, if any."""
+        return self.comment("text")
+
+    def comment(self, key: str) -> str | None:
+        """Value of the ``# key = value`` comment (the first one), or None."""
+        for k, v in self.comments:
+            if k == key:
+                return v
+        return None
+
+    def surface(self) -> list[tuple[str, tuple[Word, ...]]]:
+        """The surface tokens: ``(form, words it stands for)`` in order.
+
+        A multiword token appears once, with the words it spans; every other word is its own
+        token. Empty nodes are not tokens.
+        """
+        spans = {m.first: m for m in self.multiword_tokens}
+        out: list[tuple[str, tuple[Word, ...]]] = []
+        i = 0
+        while i < len(self.words):
+            word = self.words[i]
+            mwt = spans.get(word.id)
+            if mwt is None:
+                out.append((word.form, (word,)))
+                i += 1
+            else:
+                parts = self.words[mwt.first - 1 : mwt.last]
+                out.append((mwt.form, tuple(parts)))
+                i += len(parts)
+        return out
+
+    def forms(self) -> list[str]:
+        """Forms of the syntactic words."""
+        return [w.form for w in self.words]
+
+
+def parse_feats(feats: str) -> dict[str, str]:
+    """``"Case=Dat|Number=Sing"`` -> ``{"Case": "Dat", "Number": "Sing"}``; ``"_"`` -> ``{}``.
+
+    Raises ValueError for a feature without ``=``.
+    """
+    if feats == UNSPECIFIED or not feats:
+        return {}
+    out: dict[str, str] = {}
+    for item in feats.split("|"):
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise ValueError(f"expected features 'Name=Value|...', got {feats!r}")
+        out[name] = value
+    return out
+
+
+class _SentenceBuilder:
+    """Collects the lines of one sentence and checks how their ids follow each other."""
+
+    def __init__(self, path: Path, line: int) -> None:
+        self.path = path
+        self.line = line
+        self.comments: list[tuple[str, str]] = []
+        self.words: list[Word] = []
+        self.mwts: list[MultiwordToken] = []
+        self.empty: list[EmptyNode] = []
+        self.open_mwt: MultiwordToken | None = None  # the last one, until its words are read
+
+    def error(self, message: str, lineno: int) -> InputError:
+        return InputError(message, self.path, lineno)
+
+    def add_comment(self, text: str) -> None:
+        body = text[1:].strip()
+        key, eq, value = body.partition("=")
+        self.comments.append((key.strip(), value.strip()) if eq else (body, ""))
+
+    def add(self, fields: list[str], lineno: int) -> None:
+        ident = fields[0]
+        if _WORD_ID.fullmatch(ident):
+            self._add_word(int(ident), fields, lineno)
+        elif m := _RANGE_ID.fullmatch(ident):
+            self._add_mwt(int(m.group(1)), int(m.group(2)), fields, lineno)
+        elif m := _EMPTY_ID.fullmatch(ident):
+            self._add_empty(int(m.group(1)), int(m.group(2)), fields, lineno)
+        else:
+            raise self.error(
+                f"bad ID {ident!r}: expected a word number (5), a range (3-4) or a decimal (5.1)",
+                lineno,
+            )
+
+    def _add_word(self, ident: int, f: list[str], lineno: int) -> None:
+        expected = len(self.words) + 1
+        if ident != expected:
+            raise self.error(f"word ID {ident} out of sequence: expected {expected}", lineno)
+        if f[6] == UNSPECIFIED:
+            head = None
+        elif f[6].isdigit():
+            head = int(f[6])
+        else:
+            raise self.error(f"HEAD must be a word number or '_', got {f[6]!r}", lineno)
+        self._check_feats(f[5], lineno)
+        self.words.append(Word(ident, *f[1:6], head, f[7], f[8], f[9], line=lineno))  # type: ignore[arg-type]
+        if self.open_mwt is not None and ident == self.open_mwt.last:
+            self.open_mwt = None
+
+    def _add_mwt(self, first: int, last: int, f: list[str], lineno: int) -> None:
+        expected = len(self.words) + 1
+        if last <= first:
+            raise self.error(f"multiword token range {first}-{last} is empty", lineno)
+        if first != expected:
+            raise self.error(
+                f"multiword token {first}-{last} must come right before word {first}; "
+                f"the next word here is {expected}",
+                lineno,
+            )
+        if self.open_mwt is not None:
+            prev = self.open_mwt
+            raise self.error(
+                f"multiword token {first}-{last} overlaps {prev.first}-{prev.last}", lineno
+            )
+        if any(v != UNSPECIFIED for v in f[2:9]):
+            raise self.error(
+                "a multiword token has only FORM and MISC; LEMMA..DEPS must be '_'", lineno
+            )
+        mwt = MultiwordToken(first, last, f[1], f[9], line=lineno)
+        self.mwts.append(mwt)
+        self.open_mwt = mwt
+
+    def _add_empty(self, after: int, index: int, f: list[str], lineno: int) -> None:
+        if after != len(self.words):
+            raise self.error(
+                f"empty node {after}.{index} must follow word {after}; "
+                f"the last word here is {len(self.words)}",
+                lineno,
+            )
+        prev = [e.index for e in self.empty if e.after == after]
+        expected = (prev[-1] if prev else 0) + 1
+        if index != expected:
+            raise self.error(
+                f"empty node {after}.{index} out of sequence: expected {after}.{expected}", lineno
+            )
+        if f[6] != UNSPECIFIED or f[7] != UNSPECIFIED:
+            raise self.error("an empty node has no HEAD or DEPREL: both must be '_'", lineno)
+        self._check_feats(f[5], lineno)
+        self.empty.append(EmptyNode(after, index, *f[1:6], f[8], f[9], line=lineno))  # type: ignore[arg-type]
+
+    def _check_feats(self, feats: str, lineno: int) -> None:
+        try:
+            parse_feats(feats)
+        except ValueError as err:
+            raise self.error(str(err), lineno) from None
+
+    def finish(self, lineno: int) -> Sentence:
+        if self.open_mwt is not None:
+            m = self.open_mwt
+            raise self.error(
+                f"multiword token {m.first}-{m.last} spans words the sentence does not have",
+                lineno,
+            )
+        if not self.words:
+            raise self.error("sentence has no words", lineno)
+        return Sentence(
+            tuple(self.words),
+            tuple(self.mwts),
+            tuple(self.empty),
+            tuple(self.comments),
+            path=str(self.path),
+            line=self.line,
+        )
+
+
+def iter_conllu(path: str | Path) -> Iterator[Sentence]:
+    """Yield the sentences of a CoNLL-U file in order (see the module docstring).
+
+    Raises :class:`InputError` (file:line) for a line without ten tab-separated fields, an empty
+    field, an ID out of sequence, a multiword token that does not span the words following it,
+    an empty node out of place, malformed FEATS or HEAD, or a sentence without words.
+    """
+    path = Path(path)
+    builder: _SentenceBuilder | None = None
+    last = 0
+    for lineno, line in read_lines(path):
+        last = lineno
+        if not line.strip():
+            if builder is not None:
+                yield builder.finish(lineno)
+                builder = None
+            continue
+        if builder is None:
+            builder = _SentenceBuilder(path, lineno)
+        if line.startswith("#"):
+            if builder.words or builder.mwts or builder.empty:
+                raise InputError("comment line inside a sentence", path, lineno)
+            builder.add_comment(line)
+            continue
+        fields = line.split("\t")
+        if len(fields) != 10:
+            raise InputError(
+                f"expected 10 tab-separated fields, got {len(fields)}: {line[:60]!r}", path, lineno
+            )
+        if any(not f for f in fields):
+            raise InputError(f"empty field {fields.index('') + 1} (use '_')", path, lineno)
+        builder.add(fields, lineno)
+    if builder is not None:  # a file may end without the final blank line
+        yield builder.finish(last)
+
+
+def read_conllu(path: str | Path) -> list[Sentence]:
+    """All sentences of a CoNLL-U file (see :func:`iter_conllu`)."""
+    sentences = list(iter_conllu(path))
+    logger.info("read %d sentences from %s", len(sentences), path)
+    return sentences

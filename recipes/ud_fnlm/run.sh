@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Factored neural LMs on Universal Dependencies treebanks (Alexandrescu & Kirchhoff 2006,
+# Tables 1 and 2): a modified Kneser-Ney 3-gram, a word NLM and a factored NLM per treebank,
+# their linear interpolations with EM weights, perplexity with and without unknown words, and
+# the probability of words after unknown ones for each unknown-factor strategy.
+# Writes RESULTS.md beside this script. Each stage skips work whose output exists; delete exp/
+# to start over.
+#
+#   bash recipes/ud_fnlm/run.sh [--stage N] [--stop-stage N]
+#
+# Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
+# TREEBANKS (conf names, "tr ug"), SEEDS ("0 1"), EXP (recipes/ud_fnlm/exp).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+DATA=${RESCORER_DATA:-$ROOT/../shared/data}
+EXP=${EXP:-$HERE/exp}
+TREEBANKS=${TREEBANKS:-"tr ug"}
+SEEDS=${SEEDS:-"0 1"}
+stage=0
+stop_stage=100
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --stage) stage=$2; shift 2 ;;
+    --stop-stage) stop_stage=$2; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+PY=$ROOT/.venv/bin/python
+RESCORER=$ROOT/.venv/bin/rescorer
+mkdir -p "$EXP"
+log() { echo "[ud_fnlm $(date +%H:%M:%S)] $*" >&2; }
+timed() {  # timed NAME CMD...: run CMD and add its wall time to exp/times.tsv
+  local name=$1; shift
+  local t0=$SECONDS
+  "$@"
+  printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$EXP/times.tsv"
+}
+run_stage() { [ "$1" -ge "$stage" ] && [ "$1" -le "$stop_stage" ]; }
+
+if run_stage 0; then
+  log "stage 0: set-up"
+  bash "$ROOT/scripts/setup.sh"
+  [ -d "$DATA/ud" ] || { log "no treebanks under $DATA/ud (set RESCORER_DATA)"; exit 1; }
+fi
+
+for tb in $TREEBANKS; do
+  out=$EXP/$tb
+  if run_stage 1 && [ ! -s "$out/fnlm.json" ]; then
+    log "stage 1: $tb: text and training configs"
+    timed "prepare_$tb" "$PY" "$HERE/local/prepare.py" "$HERE/conf/$tb.json" "$DATA" "$out"
+  fi
+
+  if run_stage 2 && [ ! -s "$out/3gram_rare.arpa" ]; then
+    # Two modified Kneser-Ney 3-grams: on the text as it is (KenLM's own <unk>), and with the
+    # words seen once written <rare>, which becomes the NLMs' <unk> (local/results.py).
+    log "stage 2: $tb: modified Kneser-Ney 3-grams (lmplz)"
+    timed "ngram_$tb" "$RESCORER" -q ngram build --text "$out/train.txt" --order 3 \
+      --arpa --out "$out/3gram.arpa"
+    timed "ngram_rare_$tb" "$RESCORER" -q ngram build --text "$out/train_rare.txt" --order 3 \
+      --arpa --out "$out/3gram_rare.arpa"
+  fi
+
+  if run_stage 3; then
+    for model in nlm fnlm; do
+      for seed in $SEEDS; do
+        [ -s "$out/${model}_seed$seed/model.safetensors" ] && continue
+        log "stage 3: $tb: training $model, seed $seed"
+        timed "train_${tb}_${model}_seed$seed" "$RESCORER" -q fnlm-train "$out/$model.json" \
+          --out "$out/${model}_seed$seed" --seed "$seed"
+      done
+    done
+  fi
+
+  first=${SEEDS%% *}
+  if run_stage 4 && [ ! -s "$out/mix_cli.txt" ]; then
+    # The interpolation 3-gram & word NLM as one model of the rescorer (mix:FILE.json): EM
+    # weights on dev, perplexity on test. The word NLM needs no annotation, so its plain-text
+    # scores are those of the tables (check in RESULTS.md).
+    log "stage 4: $tb: mix-weights and ppl through the CLI"
+    {
+      "$RESCORER" -q mix-weights --lm "3gram=kenlm:$out/3gram.arpa" \
+        --lm "nlm=fnlm:$out/nlm_seed$first" --text "$out/dev.txt" --lm-case none \
+        --out "$out/mix_3gram_nlm.json"
+      "$RESCORER" -q ppl --lm "mix:$out/mix_3gram_nlm.json" --text "$out/test.txt" --lm-case none
+    } > "$out/mix_cli.txt.tmp"
+    mv "$out/mix_cli.txt.tmp" "$out/mix_cli.txt"
+  fi
+done
+
+if run_stage 5; then
+  log "stage 5: tables"
+  "$PY" "$HERE/local/results.py" "$HERE" "$EXP" "$DATA" --treebanks $TREEBANKS --seeds $SEEDS
+  log "wrote $HERE/RESULTS.md"
+fi

@@ -1,0 +1,545 @@
+"""ONNX exports of the context LSTM behind the LanguageModel contract (``onnx:MODEL.onnx``).
+
+:class:`OnnxLM` runs a file written by ``rescorer export`` (:mod:`export.exporter`) with ONNX
+Runtime and numpy only -- no torch, no :mod:`lm_models` -- so it works wherever ONNX Runtime does.
+Everything it needs is in the file's metadata properties and the vocabulary file beside it
+(metadata ``vocab_file``):
+
+* ``export_kind`` decides how it scores. A sentence scorer (``scorer``, ``multi-scorer``) gives
+  the per-token log-probabilities directly; a step model (``step``, ``multi``) is run over the
+  padded sentences from a zero state and the targets' log-probabilities are picked from its
+  ``log_softmax`` output. Streaming (:meth:`OnnxLM.start` / :meth:`OnnxLM.advance`, and
+  :meth:`OnnxLM.next_logprobs` for the whole next-token distribution) needs a step model; a
+  scorer raises ValueError naming the file.
+* Sentences are scored in batches of one context and similar length (sorted by context id,
+  then length; at most ``batch_tokens`` padded positions per run), padded with ``</s>``. A batch
+  of one context lets a multi-context FactorCell export take its shared-weight path.
+* Words map to ids through the vocabulary with the case mapping and ``<unk>`` for unknown words,
+  exactly as for ``torch:`` models (:class:`rescorer.word_vocab.WordVocab`).
+* Context records are normalised by the rules of ``torch:`` models
+  (:class:`rescorer.context_key.ContextKeys`: unknown fields ignored, unseen values missing).
+  A multi-context export maps a record to the ``context_id`` of the identical record in its
+  metadata ``contexts`` list; a record that is not there gets context 0 (the expected context)
+  with a warning logged once. A single-context export has its context folded in: records that
+  differ from it are scored with it anyway, with a warning logged once.
+
+Execution provider: ``device`` ``auto`` (default) uses CUDA when ONNX Runtime can, else the CPU;
+``cpu`` and ``cuda`` / ``cuda:N`` force one. The GPU build of ONNX Runtime lists CUDA even on a
+machine without a GPU, so ``auto`` decides from the providers the created session actually got
+and logs one line when it falls back to the CPU; ``cuda`` that cannot be had is a ValueError.
+
+All scores are natural-log probabilities.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from rescorer.context_key import ContextField, ContextKey, ContextKeys
+from rescorer.lm import Context, LMSpec
+from rescorer.text import CASE_MODES
+from rescorer.word_vocab import WordVocab
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "rescorer-onnx"  # metadata "format" of the toolkit's exports
+FORMAT_VERSION = 1  # metadata "format_version" this reader understands
+STEP_KINDS = ("step", "multi")
+SCORER_KINDS = ("scorer", "multi-scorer")
+KINDS = STEP_KINDS + SCORER_KINDS
+DEFAULT_BATCH_TOKENS = 4096
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+_ORT_DEFAULT_SEVERITY = 2  # ONNX Runtime's default logger severity (warning)
+
+INPUTS = {
+    "step": ["x", "h0", "c0"],
+    "multi": ["x", "h0", "c0", "context_id"],
+    "scorer": ["x", "x_lens"],
+    "multi-scorer": ["x", "x_lens", "context_id"],
+}
+OUTPUTS = {
+    "step": ["log_softmax", "next_h0", "next_c0"],
+    "multi": ["log_softmax", "next_h0", "next_c0"],
+    "scorer": ["token_logprobs", "sentence_logprob"],
+    "multi-scorer": ["token_logprobs", "sentence_logprob"],
+}
+
+
+@dataclass(frozen=True)
+class OnnxMeta:
+    """The metadata properties of an export, parsed and checked."""
+
+    # "step" | "multi" | "scorer" | "multi-scorer".
+    kind: str
+    # V, and the ids of <s>, </s>, <unk> and of the padding.
+    vocab_size: int
+    sos_id: int
+    eos_id: int
+    unk_id: int
+    pad_id: int
+    # LSTM layers and state size d (h0/c0 are (num_layers, N, hidden_size)).
+    num_layers: int
+    hidden_size: int
+    # The model's context variables.
+    fields: tuple[ContextField, ...]
+    # Context records in context_id order (single-context exports: the folded one).
+    contexts: tuple[dict[str, Any], ...]
+    # File name of the vocabulary, in the model's folder.
+    vocab_file: str
+
+    @property
+    def multi(self) -> bool:
+        return self.kind.startswith("multi")
+
+    @property
+    def scorer(self) -> bool:
+        return self.kind in SCORER_KINDS
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str], path: Path) -> OnnxMeta:
+        def get(key: str) -> str:
+            if key not in props:
+                raise ValueError(
+                    f"{path}: metadata property {key!r} missing; expected an export of "
+                    f"`rescorer export` (format {FORMAT!r})"
+                )
+            return props[key]
+
+        def integer(key: str) -> int:
+            try:
+                return int(get(key))
+            except ValueError:
+                raise ValueError(
+                    f"{path}: metadata {key!r}: expected an integer, got {props[key]!r}"
+                ) from None
+
+        def parsed(key: str) -> Any:
+            try:
+                return json.loads(get(key))
+            except json.JSONDecodeError:
+                raise ValueError(
+                    f"{path}: metadata {key!r}: expected JSON, got {props[key]!r}"
+                ) from None
+
+        if get("format") != FORMAT:
+            raise ValueError(
+                f"{path}: metadata format: expected {FORMAT!r}, got {props['format']!r}"
+            )
+        if integer("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{path}: metadata format_version: expected {FORMAT_VERSION}, "
+                f"got {props['format_version']!r}"
+            )
+        kind = get("export_kind")
+        if kind not in KINDS:
+            raise ValueError(f"{path}: metadata export_kind: expected one of {KINDS}, got {kind!r}")
+        fields = parsed("context_variables")
+        contexts = parsed("contexts")
+        if not isinstance(fields, list) or not isinstance(contexts, list) or not contexts:
+            raise ValueError(
+                f"{path}: metadata context_variables and contexts: expected JSON lists "
+                f"(contexts non-empty), got {props['context_variables']!r}, {props['contexts']!r}"
+            )
+        if not all(isinstance(c, dict) for c in contexts):
+            raise ValueError(f"{path}: metadata contexts: expected a list of JSON objects")
+        vocab_file = get("vocab_file")
+        if not vocab_file or Path(vocab_file).name != vocab_file or vocab_file in (".", ".."):
+            raise ValueError(
+                f"{path}: metadata vocab_file: expected a file name in the model's folder, "
+                f"got {vocab_file!r}"
+            )
+        return cls(
+            kind=kind,
+            vocab_size=integer("vocab_size"),
+            sos_id=integer("sos_id"),
+            eos_id=integer("eos_id"),
+            unk_id=integer("unk_id"),
+            pad_id=integer("pad_id"),
+            num_layers=integer("num_layers"),
+            hidden_size=integer("hidden_size"),
+            fields=tuple(ContextField.from_json(f) for f in fields),
+            contexts=tuple(contexts),
+            vocab_file=vocab_file,
+        )
+
+
+@dataclass(frozen=True)
+class OnnxLMState:
+    """A streaming state: the LSTM state before the pending input token, and the context.
+
+    ``h`` and ``m`` are (layers, d) float32 arrays; ``token`` is the id of the input not yet
+    consumed (``<s>`` at the start, then the last scored token).
+    """
+
+    context_id: int
+    h: np.ndarray
+    m: np.ndarray
+    token: int
+
+
+def _cuda_index(device: str) -> int:
+    if device == "cuda":
+        return 0
+    try:
+        index = int(device.split(":", 1)[1])
+    except (IndexError, ValueError):
+        index = -1
+    if index < 0:
+        raise ValueError(f"bad device {device!r}: expected auto, cpu, cuda or cuda:N")
+    return index
+
+
+def create_session(
+    path: str | Path, device: str | None = None, threads: int | None = None
+) -> tuple[ort.InferenceSession, str]:
+    """An ONNX Runtime session for ``path`` on ``device`` -> (session, "cpu" | "cuda:N")."""
+    device = "auto" if device is None else str(device)
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise ValueError(f"bad device {device!r}: expected auto, cpu, cuda or cuda:N")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: no per-session warnings on stderr
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        options.intra_op_num_threads = threads
+    index = 0 if device in ("auto", "cpu") else _cuda_index(device)
+    want_cuda = device != "cpu" and CUDA in ort.get_available_providers()
+    if device.startswith("cuda") and not want_cuda:
+        raise ValueError(
+            f"device {device!r} asked for, but this ONNX Runtime has no CUDA execution provider "
+            f"(providers: {', '.join(ort.get_available_providers())})"
+        )
+    providers: list[Any] = [(CUDA, {"device_id": index}), CPU] if want_cuda else [CPU]
+    quiet = device == "auto" and want_cuda
+    if quiet:  # an expected failure to load CUDA must not print errors on stderr
+        ort.set_default_logger_severity(4)
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as err:  # onnxruntime raises its own exception types
+        raise ValueError(f"{path}: cannot load the ONNX model: {err}") from None
+    finally:
+        if quiet:
+            ort.set_default_logger_severity(_ORT_DEFAULT_SEVERITY)
+    got_cuda = CUDA in session.get_providers()
+    if want_cuda and not got_cuda:
+        if device != "auto":
+            raise ValueError(
+                f"device {device!r} asked for, but ONNX Runtime could not use CUDA here "
+                f"(no GPU, or CUDA/cuDNN libraries missing)"
+            )
+        logger.info("%s: the CUDA execution provider is not usable here; running on the CPU", path)
+    return session, (f"cuda:{index}" if got_cuda else "cpu")
+
+
+class OnnxLM:
+    """An ONNX export (:mod:`export.exporter`) behind the LanguageModel contract.
+
+    ``path`` is the ``.onnx`` file (its vocabulary file is found through the metadata);
+    ``device`` ``auto`` / None, ``cpu``, ``cuda`` or ``cuda:N``; ``case`` maps words into the
+    vocabulary (``auto`` decides from the first sentences scored); ``batch_tokens`` caps the
+    padded positions of one run (memory is about ``batch_tokens * vocab_size`` floats);
+    ``threads`` sets ONNX Runtime's intra-op threads (default: its own choice).
+    """
+
+    units = "word"
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        case: str = "auto",
+        device: str | None = None,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        threads: int | None = None,
+    ) -> None:
+        path = Path(path)
+        if case not in CASE_MODES:
+            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+        if not path.is_file():
+            raise ValueError(f"ONNX model file not found: {path}")
+        self.session, self.device = create_session(path, device, threads)
+        props = dict(self.session.get_modelmeta().custom_metadata_map)
+        self.meta = OnnxMeta.from_props(props, path)
+        self._check_signature(path)
+        self.name = name or path.name.split(".")[0] or "onnx"
+        self.path = path
+        self.batch_tokens = batch_tokens
+        tokens = self._read_vocab(path)
+        self.vocab_tokens: tuple[str, ...] = tuple(tokens)
+        self._vocab = WordVocab(tokens, case, unk_id=self.meta.unk_id)
+        self._keys = ContextKeys(self.meta.fields, self.name, logger)
+        self._ids: dict[ContextKey, int] = {}
+        for i, record in enumerate(self.meta.contexts):
+            self._ids.setdefault(self._keys.key(record), i)
+        self._folded = self._keys.key(self.meta.contexts[0])
+        logger.info(
+            "loaded ONNX %s export %s on %s (%d context(s))",
+            self.meta.kind,
+            path,
+            self.device,
+            len(self.meta.contexts),
+        )
+
+    def _check_signature(self, path: Path) -> None:
+        inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        kind = self.meta.kind
+        if inputs != INPUTS[kind] or outputs != OUTPUTS[kind]:
+            raise ValueError(
+                f"{path}: a {kind!r} export must have inputs {INPUTS[kind]} and outputs "
+                f"{OUTPUTS[kind]}, got {inputs} and {outputs}"
+            )
+
+    def _read_vocab(self, path: Path) -> list[str]:
+        vocab_path = path.parent / self.meta.vocab_file
+        if not vocab_path.is_file():
+            raise ValueError(
+                f"{path}: its vocabulary file {vocab_path} is missing (metadata vocab_file); "
+                f"an export is the .onnx file plus that file"
+            )
+        try:
+            text = vocab_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{vocab_path}: not UTF-8: {err}") from None
+        tokens = text.split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        if len(tokens) != self.meta.vocab_size:
+            raise ValueError(
+                f"{vocab_path}: has {len(tokens)} tokens but {path.name} says "
+                f"vocab_size={self.meta.vocab_size}"
+            )
+        return tokens
+
+    # -- vocabulary and case ---------------------------------------------------------------------
+    @property
+    def case(self) -> str:
+        """The case mapping in use (``auto`` until the first sentences decided it)."""
+        return self._vocab.case
+
+    def to_units(self, words: Sequence[str]) -> list[str]:
+        """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
+        return self._vocab.to_units(words)
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self._vocab.oov_flags(sentences)
+
+    # -- contexts --------------------------------------------------------------------------------
+    @property
+    def contexts(self) -> tuple[dict[str, Any], ...]:
+        """The export's context records, in context_id order."""
+        return self.meta.contexts
+
+    def context_key(self, record: Context | None) -> ContextKey:
+        """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
+        return self._keys.key(record)
+
+    def _context_id(self, key: ContextKey) -> int:
+        if not self.meta.multi:
+            if key != self._folded:
+                self._keys.log_once(
+                    logging.WARNING,
+                    ("folded", repr(key)),
+                    "%s: exported for the context %s; context %s is scored with it",
+                    self.name,
+                    dict(self._folded) or "(expected)",
+                    dict(key) or "(expected)",
+                )
+            return 0
+        cid = self._ids.get(key)
+        if cid is None:
+            self._keys.log_once(
+                logging.WARNING,
+                ("unknown", repr(key)),
+                "%s: context %s is not one of the %d exported; using context 0 (expected)",
+                self.name,
+                dict(key),
+                len(self.meta.contexts),
+            )
+            return 0
+        return cid
+
+    def context_ids(self, n: int, contexts: Sequence[Context | None] | None) -> np.ndarray:
+        """The context_id of each of ``n`` sentences (int64, (n,))."""
+        if contexts is None:
+            return np.zeros(n, dtype=np.int64)
+        keys = self._keys.keys(n, contexts)
+        cache: dict[ContextKey, int] = {}
+        out = np.empty(n, dtype=np.int64)
+        for i, key in enumerate(keys):
+            cid = cache.get(key)
+            if cid is None:
+                cid = cache[key] = self._context_id(key)
+            out[i] = cid
+        return out
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def _batches(
+        self, order: Sequence[int], lengths: Sequence[int], cids: np.ndarray
+    ) -> list[list[int]]:
+        """Runs of ``order`` with at most ``batch_tokens`` padded positions and one context."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            width = lengths[i] + 2  # <s> words </s>
+            if current and (
+                (len(current) + 1) * width > self.batch_tokens or cids[i] != cids[current[0]]
+            ):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        """Natural-log probability of each word and of the final ``</s>``, per sentence."""
+        ids = self._vocab.ids(sentences)
+        cids = self.context_ids(len(ids), contexts)
+        if not ids:
+            return []
+        lengths = [len(s) for s in ids]
+        # By context, then by length: a batch of one context runs the graph's shared-weight
+        # path (multi-context FactorCell exports gather W' once instead of once per row).
+        order = sorted(range(len(ids)), key=lambda i: (cids[i], lengths[i]))
+        out: list[np.ndarray] = [np.empty(0)] * len(ids)
+        for batch in self._batches(order, lengths, cids):
+            for i, values in zip(
+                batch, self._score_batch([ids[i] for i in batch], cids[batch]), strict=True
+            ):
+                out[i] = values
+        return out
+
+    def _score_batch(self, rows: Sequence[Sequence[int]], cids: np.ndarray) -> list[np.ndarray]:
+        meta = self.meta
+        n = len(rows)
+        width = max(len(r) for r in rows) + 2
+        x = np.full((n, width), meta.pad_id, dtype=np.int64)  # <s> w1 .. wn </s> pad..
+        x[:, 0] = meta.sos_id
+        for j, r in enumerate(rows):
+            x[j, 1 : 1 + len(r)] = r
+            x[j, 1 + len(r)] = meta.eos_id
+        lens = np.array([len(r) + 2 for r in rows], dtype=np.int64)
+        if meta.scorer:
+            feed = {"x": x, "x_lens": lens}
+            if meta.multi:
+                feed["context_id"] = cids
+            (scores,) = self.session.run(["token_logprobs"], feed)  # (n, L-1)
+        else:
+            zeros = np.zeros((meta.num_layers, n, meta.hidden_size), dtype=np.float32)
+            feed = {"x": np.ascontiguousarray(x[:, :-1]), "h0": zeros, "c0": zeros}
+            if meta.multi:
+                feed["context_id"] = cids
+            (log_probs,) = self.session.run(["log_softmax"], feed)  # (n, L-1, V)
+            scores = np.take_along_axis(log_probs, x[:, 1:, None], axis=2)[..., 0]  # (n, L-1)
+        return [scores[j, : len(r) + 1].astype(np.float64) for j, r in enumerate(rows)]
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        return np.array(
+            [lp.sum() for lp in self.token_logprobs(sentences, contexts)], dtype=np.float64
+        )
+
+    # -- streaming -------------------------------------------------------------------------------
+    def _need_step(self) -> None:
+        if self.meta.scorer:
+            raise ValueError(
+                f"{self.path}: a {self.meta.kind!r} export scores whole sentences only; "
+                f"start/advance need a step model (rescorer export --kind step or multi)"
+            )
+
+    def start(self, context: Context | None = None) -> OnnxLMState:
+        """The state before the first word; ``context`` None: context 0, without a warning."""
+        self._need_step()
+        cid = 0 if context is None else int(self.context_ids(1, [context])[0])
+        zeros = np.zeros((self.meta.num_layers, self.meta.hidden_size), dtype=np.float32)
+        return OnnxLMState(cid, zeros, zeros, self.meta.sos_id)
+
+    def advance(
+        self, states: Sequence[OnnxLMState], tokens: Sequence[str]
+    ) -> tuple[np.ndarray, list[OnnxLMState]]:
+        """Score ``tokens[i]`` after ``states[i]``: natural-log probs and the next states.
+
+        Tokens are words (case-mapped as in :meth:`token_logprobs`) or ``</s>``.
+        """
+        self._need_step()
+        if len(states) != len(tokens):
+            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
+        for i, state in enumerate(states):
+            if not isinstance(state, OnnxLMState):
+                raise ValueError(
+                    f"state {i}: expected an OnnxLMState from start()/advance(), "
+                    f"got {type(state).__name__}"
+                )
+        if not states:
+            return np.empty(0, dtype=np.float64), []
+        target = np.array(self._vocab.token_ids(tokens), dtype=np.int64)
+        feed = {
+            "x": np.array([[s.token] for s in states], dtype=np.int64),  # (N, 1)
+            "h0": np.stack([s.h for s in states], axis=1),  # (layers, N, d)
+            "c0": np.stack([s.m for s in states], axis=1),
+        }
+        if self.meta.multi:
+            feed["context_id"] = np.array([s.context_id for s in states], dtype=np.int64)
+        log_probs, h, m = self.session.run(None, feed)  # (N, 1, V), (layers, N, d) x 2
+        out = log_probs[np.arange(len(states)), 0, target].astype(np.float64)
+        new_states = [
+            OnnxLMState(s.context_id, h[:, j].copy(), m[:, j].copy(), int(target[j]))
+            for j, s in enumerate(states)
+        ]
+        return out, new_states
+
+    # -- next-word distributions (the optional extension used by rescorer.predict) ------------
+    def vocabulary(self) -> tuple[str, ...]:
+        """The model's tokens, in id order (``next_logprobs`` indexes them)."""
+        return self.vocab_tokens
+
+    def next_logprobs(self, state: OnnxLMState) -> np.ndarray:
+        """Natural-log probabilities of every token of :meth:`vocabulary` after ``state``."""
+        self._need_step()
+        if not isinstance(state, OnnxLMState):
+            raise ValueError(f"expected an OnnxLMState, got {type(state).__name__}")
+        feed = {
+            "x": np.array([[state.token]], dtype=np.int64),
+            "h0": state.h[:, None],
+            "c0": state.m[:, None],
+        }
+        if self.meta.multi:
+            feed["context_id"] = np.array([state.context_id], dtype=np.int64)
+        (log_probs,) = self.session.run(["log_softmax"], feed)  # (1, 1, V)
+        return log_probs[0, 0].astype(np.float64)
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxLM({str(self.path)!r}, kind={self.meta.kind!r}, vocab={self.meta.vocab_size}, "
+            f"device={self.device!r}, case={self.case!r})"
+        )
+
+
+def load_onnx_lm(spec: LMSpec, options: Mapping[str, Any]) -> OnnxLM:
+    """The ``onnx`` loader of :data:`rescorer.lm.LOADERS` (options: case, device, batch_tokens)."""
+    return OnnxLM(
+        spec.path,
+        name=spec.name,
+        case=options.get("case", "auto"),
+        device=options.get("device"),
+        batch_tokens=options.get("batch_tokens", DEFAULT_BATCH_TOKENS),
+    )
