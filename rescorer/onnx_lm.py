@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ from rescorer.word_vocab import WordVocab
 
 logger = logging.getLogger(__name__)
 
+STEP_CACHE = 64  # single-state step outputs kept for prediction (see OnnxLM._step)
 FORMAT = "rescorer-onnx"  # metadata "format" of the toolkit's exports
 FORMAT_VERSION = 1  # metadata "format_version" this reader understands
 STEP_KINDS = ("step", "multi")
@@ -283,6 +285,8 @@ class OnnxLM:
         for i, record in enumerate(self.meta.contexts):
             self._ids.setdefault(self._keys.key(record), i)
         self._folded = self._keys.key(self.meta.contexts[0])
+        self._step_cache: OrderedDict[int, tuple[OnnxLMState, np.ndarray, np.ndarray, np.ndarray]]
+        self._step_cache = OrderedDict()
         logger.info(
             "loaded ONNX %s export %s on %s (%d context(s))",
             self.meta.kind,
@@ -492,6 +496,25 @@ class OnnxLM:
         if not states:
             return np.empty(0, dtype=np.float64), []
         target = np.array(self._vocab.token_ids(tokens), dtype=np.int64)
+        log_probs, h, m = self._step(states)  # (N, V), (layers, N, d) x 2
+        out = log_probs[np.arange(len(states)), target].astype(np.float64)
+        new_states = [
+            OnnxLMState(s.context_id, h[:, j].copy(), m[:, j].copy(), int(target[j]))
+            for j, s in enumerate(states)
+        ]
+        return out, new_states
+
+    def _step(self, states: Sequence[OnnxLMState]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Consume each state's pending token: log-probs (N, V) and the next h, m (layers, N, d).
+
+        The outputs of the last :data:`STEP_CACHE` single-state steps are kept (keyed by the
+        state object), so prediction, which asks :meth:`next_logprobs` and then :meth:`advance`
+        of the same state, runs the network once per typed word.
+        """
+        if len(states) == 1:
+            hit = self._step_cache.get(id(states[0]))
+            if hit is not None and hit[0] is states[0]:
+                return hit[1], hit[2], hit[3]
         feed = {
             "x": np.array([[s.token] for s in states], dtype=np.int64),  # (N, 1)
             "h0": np.stack([s.h for s in states], axis=1),  # (layers, N, d)
@@ -500,12 +523,12 @@ class OnnxLM:
         if self.meta.multi:
             feed["context_id"] = np.array([s.context_id for s in states], dtype=np.int64)
         log_probs, h, m = self.session.run(None, feed)  # (N, 1, V), (layers, N, d) x 2
-        out = log_probs[np.arange(len(states)), 0, target].astype(np.float64)
-        new_states = [
-            OnnxLMState(s.context_id, h[:, j].copy(), m[:, j].copy(), int(target[j]))
-            for j, s in enumerate(states)
-        ]
-        return out, new_states
+        log_probs = log_probs[:, 0]
+        if len(states) == 1:
+            self._step_cache[id(states[0])] = (states[0], log_probs, h, m)
+            if len(self._step_cache) > STEP_CACHE:
+                self._step_cache.popitem(last=False)
+        return log_probs, h, m
 
     # -- next-word distributions (the optional extension used by rescorer.predict) ------------
     def vocabulary(self) -> tuple[str, ...]:
@@ -517,15 +540,7 @@ class OnnxLM:
         self._need_step()
         if not isinstance(state, OnnxLMState):
             raise ValueError(f"expected an OnnxLMState, got {type(state).__name__}")
-        feed = {
-            "x": np.array([[state.token]], dtype=np.int64),
-            "h0": state.h[:, None],
-            "c0": state.m[:, None],
-        }
-        if self.meta.multi:
-            feed["context_id"] = np.array([state.context_id], dtype=np.int64)
-        (log_probs,) = self.session.run(["log_softmax"], feed)  # (1, 1, V)
-        return log_probs[0, 0].astype(np.float64)
+        return self._step([state])[0][0].astype(np.float64)
 
     def __repr__(self) -> str:
         return (

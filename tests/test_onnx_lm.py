@@ -222,6 +222,31 @@ def test_streaming_equals_whole_sentences(
         lm.advance([object()], ["the"])  # type: ignore[list-item]
 
 
+def test_prediction_runs_the_network_once_per_word(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """next_logprobs then advance of the same state (what typing does) is one session run."""
+    lm = OnnxLM(files["step"], device="cpu")
+    calls = []
+    real_run = lm.session.run
+
+    def counting_run(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(lm.session, "run", counting_run)
+    state = lm.start(NEWS)
+    for word in ["the", "cat", "sat"]:
+        dist = lm.next_logprobs(state)
+        logp, (nxt,) = lm.advance([state], [word])
+        assert logp[0] == pytest.approx(dist[VOCAB.index(word)], abs=1e-6)
+        state = nxt
+    assert len(calls) == 3
+    # Batches of several states are not cached: each call runs the network.
+    lm.advance([lm.start(NEWS), lm.start(NEWS)], ["the", "a"])
+    assert len(calls) == 4
+
+
 def test_a_scorer_cannot_stream(files: dict[str, Path]) -> None:
     lm = OnnxLM(files["scorer"], device="cpu")
     with pytest.raises(ValueError, match=r"scorer\.onnx: a 'scorer' export scores whole sentences"):
