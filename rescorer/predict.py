@@ -31,9 +31,12 @@ Vocabulary and interpolation
 ----------------------------
 Several models are combined over one shared word vocabulary: a user word list when given, else
 the union of the models' own vocabularies (``<s>``, ``</s>``, ``<unk>`` left out: they are never
-suggested). A word a model does not know gets that model's ``<unk>`` probability (KenLM and
-torch both score unknown words so). That probability is the mass of *all* unknown words, so each
-such word is over-estimated; restrict the vocabulary (``--vocab``) where it matters.
+suggested). The ``<unk>`` probability of a model is the mass of *all* the words it does not
+know, so the vocabulary words a model does not know share it evenly: each gets
+``p(<unk>) / n``, n being the number of vocabulary words that model maps to ``<unk>``
+(:func:`unk_share`). Otherwise every such word would get the whole mass and crowd the top of the
+suggestions (a word LSTM whose vocabulary misses a few hundred of the list's words does exactly
+that).
 :class:`InterpolatedModel` combines the components' arrays:
 
 * ``linear``: ``ln p(w) = logsumexp_i(ln lambda_i + ln p_i(w))`` with the weights summing to 1
@@ -85,6 +88,21 @@ SPECIAL_WORDS = frozenset({BOS, EOS, UNK})
 
 MIX_MODES = ("linear", "loglinear")
 DEFAULT_CACHE_STATES = 4096
+
+
+def unk_share(unknown: Sequence[bool] | np.ndarray) -> np.ndarray:
+    """Log-probability offsets that share a model's ``<unk>`` mass among its unknown words.
+
+    ``unknown[i]`` says whether vocabulary word i is scored with the model's ``<unk>``. Those
+    words get ``-ln n`` (n = how many there are), the others 0: added to the model's log-probs,
+    the n words together keep exactly ``p(<unk>)``.
+    """
+    flags = np.asarray(unknown, dtype=bool)
+    offsets = np.zeros(flags.shape, dtype=np.float64)
+    n = int(flags.sum())
+    if n > 1:
+        offsets[flags] = -math.log(n)
+    return offsets
 
 
 # -- the protocol ---------------------------------------------------------------------------------
@@ -239,6 +257,7 @@ class KenLMNextWord:
         self.lm = lm
         self._words = tuple(words)
         self._units = lm.to_units(self._words)  # decides an `auto` case from the vocabulary
+        self._share = unk_share(lm.oov_flags([self._words])[0])
         self._cache: OrderedDict[Any, np.ndarray] = OrderedDict()
         self._cache_states = cache_states
         self.hits = self.misses = 0
@@ -259,7 +278,7 @@ class KenLMNextWord:
             self._cache.move_to_end(state)
             return cached
         self.misses += 1
-        out = self.lm.logprobs_after(state, self._units)
+        out = self.lm.logprobs_after(state, self._units) + self._share
         out.flags.writeable = False
         self._cache[state] = out
         if len(self._cache) > self._cache_states:
@@ -271,7 +290,7 @@ class KenLMNextWord:
         cached = self._cache.get(state)
         if cached is not None:
             return cached[ids]
-        return self.lm.logprobs_after(state, [self._units[i] for i in ids])
+        return self.lm.logprobs_after(state, [self._units[i] for i in ids]) + self._share[ids]
 
 
 @dataclass(frozen=True)
@@ -311,6 +330,7 @@ class TorchNextWord:
         units = lm.to_units(list(self._words))
         ids = [index.get(u, self._unk) for u in units]
         self._ids = torch.tensor(ids, dtype=torch.long, device=lm.device)
+        self._share = unk_share([u not in index for u in units])
         self._weights: dict[Any, Any] = {}
 
     def vocabulary(self) -> Sequence[str]:
@@ -343,6 +363,7 @@ class TorchNextWord:
             inp = torch.tensor([[token]], dtype=torch.long, device=self.lm.device)
             log_probs, (h, m) = self._model(inp, None, hm, adapted=weights)
             lp = log_probs[0, 0].index_select(0, self._ids).double().cpu().numpy()
+        lp += self._share
         lp.flags.writeable = False
         return NeuralState(key, h, m, lp)
 
@@ -365,6 +386,7 @@ class NativeNextWord:
                 f"{missing[:3]}) and no {UNK} to score them with"
             )
         self._gather = np.array([index.get(u, unk) for u in units], dtype=np.int64)
+        self._share = unk_share([u not in index for u in units])
         self._words = tuple(words)
 
     def vocabulary(self) -> Sequence[str]:
@@ -377,7 +399,8 @@ class NativeNextWord:
         return self.lm.advance([state], [word])[1][0]
 
     def next_logprobs(self, state: Any) -> np.ndarray:
-        return np.asarray(self.lm.next_logprobs(state), dtype=np.float64)[self._gather]
+        lp = np.asarray(self.lm.next_logprobs(state), dtype=np.float64)[self._gather]
+        return lp + self._share
 
 
 class ScoringNextWord:
@@ -405,6 +428,7 @@ class ScoringNextWord:
         self._words = tuple(words)
         to_units = getattr(lm, "to_units", None)
         self._units = list(to_units(list(words))) if callable(to_units) else list(words)
+        self._share = unk_share(lm.oov_flags([self._words])[0])
         self._cache: OrderedDict[int, tuple[Any, np.ndarray]] = OrderedDict()
         self._cache_states = cache_states
 
@@ -425,7 +449,7 @@ class ScoringNextWord:
         for a in range(0, len(self._units), self.chunk):
             units = self._units[a : a + self.chunk]
             parts.append(np.asarray(self.lm.advance([state] * len(units), units)[0]))
-        lp = np.concatenate(parts).astype(np.float64)
+        lp = np.concatenate(parts).astype(np.float64) + self._share
         lp.flags.writeable = False
         self._cache[id(state)] = (state, lp)
         if len(self._cache) > self._cache_states:

@@ -37,6 +37,7 @@ from rescorer.predict import (
     read_requests,
     read_word_list,
     shared_vocabulary,
+    unk_share,
     vocabulary_case,
 )
 
@@ -161,6 +162,25 @@ def test_kenlm_next_logprobs_by_hand_and_cached(tiny_arpa: Path) -> None:
     # streaming scores agree with whole-sentence scores
     full = lm.token_logprobs([["a", "b"]])[0]
     assert model.next_logprobs(s0)[0] + model.next_logprobs(sa)[1] == pytest.approx(full[:2].sum())
+
+
+def test_unknown_words_share_the_unk_mass(tiny_arpa: Path) -> None:
+    np.testing.assert_allclose(unk_share([False, True, True, False, True]),
+                               [0, -math.log(3), -math.log(3), 0, -math.log(3)])
+    assert unk_share([False, True]).tolist() == [0.0, 0.0]  # one unknown word keeps it all
+    lm = KenLM(tiny_arpa)
+    model = KenLMNextWord(lm, ["a", "zebra", "b", "yak", "gnu"])
+    # after <s>: a 10^-0.30103; b bow(<s>) + p(b); the three unknown words bow(<s>) + p(<unk>)
+    # shared three ways, so together they hold p(<unk>) once
+    unk = (-0.30103 - 1.0) * LN10 - math.log(3)
+    want = np.array([-0.30103 * LN10, unk, (-0.30103 - 0.52288) * LN10, unk, unk])
+    s0 = model.start()
+    np.testing.assert_allclose(model.next_logprobs(s0), want, atol=1e-6)
+    np.testing.assert_allclose(model.next_logprobs_subset(s0, np.array([3, 2])), want[[3, 2]],
+                               atol=1e-6)
+    # the generic adapter agrees (it finds the unknown words through oov_flags)
+    generic = ScoringNextWord(KenLM(tiny_arpa), ["a", "zebra", "b", "yak", "gnu"])
+    np.testing.assert_allclose(generic.next_logprobs(generic.start()), want, atol=1e-6)
 
 
 def test_completion_scores_only_the_prefix_candidates(tiny_arpa: Path) -> None:
@@ -338,6 +358,13 @@ def test_torch_distribution_matches_sentence_scores(torch_ckpt: Path, context: d
             sent = [*history[:i], w]
             want = lm.token_logprobs([sent], [context])[0][i]
             assert lp[j] == pytest.approx(want, abs=1e-5), (sent, context)
+        # two unknown words share p(<unk>): each gets half of it
+        pair = build_predictor([lm], words=[*words, "yak"])
+        pair_session = pair.session(context)
+        for w in history[:i]:
+            pair_session.commit(w)
+        plp = pair.model.next_logprobs(pair_session._state)
+        assert plp[-1] == plp[-2] == pytest.approx(lp[-1] - math.log(2), abs=1e-9)
         if i < len(history):
             session.commit(history[i])
     assert predictor.predict(history, "", 3, context) == session.suggest("", 3)
