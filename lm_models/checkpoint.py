@@ -31,7 +31,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from lm_models.cue import CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
 from lm_models.fnlm import FNLM, FNLMConfig
+from lm_models.lbl import LBL, LBLConfig
 from lm_models.lstm import ContextLSTM, LSTMConfig
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,9 @@ TRAINING_FILE = "training.json"
 MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
     "context_lstm": (LSTMConfig, ContextLSTM),
     "fnlm": (FNLMConfig, FNLM),
+    "cue": (CUEConfig, CUEModel),
+    "cue_sentence_lm": (SentenceLMConfig, SentenceLM),
+    "lbl": (LBLConfig, LBL),
 }
 
 

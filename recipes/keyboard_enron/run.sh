@@ -4,8 +4,9 @@
 # Trains a KenLM 3-gram and 4-gram and a small word LSTM on conversational and general text
 # (NPS Chat posts, Switchboard turns, the Brown corpus), normalised like the test sentences,
 # then simulates typing the Enron Mobile `mobile_nvp.txt` sentences letter by letter with
-# 1, 3 and 5 suggestions: each model alone and the 4-gram + LSTM interpolated (linear with EM
-# weights from held-out training text, and log-linear). Writes RESULTS.md beside this script.
+# 1, 3 and 5 suggestions: each model alone (the LSTM also as an ONNX step model in ONNX Runtime)
+# and the 4-gram + LSTM interpolated (linear with EM weights from held-out training text, and
+# log-linear). Writes RESULTS.md beside this script.
 # Each stage skips work whose output already exists; delete exp/ to start over.
 #
 #   bash recipes/keyboard_enron/run.sh [--stage N] [--stop-stage N]
@@ -80,11 +81,17 @@ if run_stage 4 && [ ! -s "$EXP/mix/weights.txt" ]; then
     --device "$DEVICE" --out "$EXP/mix"
 fi
 
+if run_stage 4 && [ ! -s "$EXP/onnx/lstm.onnx" ]; then
+  log "stage 4: exporting the LSTM as an ONNX step model"
+  timed export_onnx "$RESCORER" -q export "$EXP/lstm/best" "$EXP/onnx/lstm.onnx" --kind step
+fi
+
 # system name | models and mixing options
 SYSTEMS=(
   "3gram|--lm 3gram=kenlm:$EXP/lm/3gram.bin"
   "4gram|--lm 4gram=kenlm:$EXP/lm/4gram.bin"
   "lstm|--lm lstm=torch:$EXP/lstm/best"
+  "lstm_onnx|--lm lstm=onnx:$EXP/onnx/lstm.onnx"
   "4gram_lstm_linear|--lm 4gram=kenlm:$EXP/lm/4gram.bin --lm lstm=torch:$EXP/lstm/best --mix linear"
   "4gram_lstm_loglinear|--lm 4gram=kenlm:$EXP/lm/4gram.bin --lm lstm=torch:$EXP/lstm/best --mix loglinear"
 )

@@ -21,6 +21,7 @@ SYSTEMS = [
     ("3gram", "KenLM 3-gram"),
     ("4gram", "KenLM 4-gram"),
     ("lstm", "word LSTM (unadapted)"),
+    ("lstm_onnx", "word LSTM, ONNX step model (same weights)"),
     ("4gram_lstm_linear", "4-gram + LSTM, linear"),
     ("4gram_lstm_loglinear", "4-gram + LSTM, log-linear"),
 ]
@@ -31,6 +32,7 @@ COMPARISONS = [
     ("4gram", "4gram_lstm_linear"),
     ("lstm", "4gram_lstm_linear"),
     ("4gram_lstm_linear", "4gram_lstm_loglinear"),
+    ("lstm", "lstm_onnx"),
 ]
 KS = (1, 3, 5)
 
@@ -60,11 +62,13 @@ def lstm_line(exp: Path) -> str:
     n_tok = sum(e["tokens"] for e in log)
     seconds = sum(e["seconds"] for e in log)
     m = cfg["model"]
+    sampled = cfg["train"].get("sampled_softmax", 0)
+    softmax = f"a sampled softmax of {sampled}" if sampled else "the full softmax"
     return (
         f"- Word LSTM: {m['mode']}, embedding {m['embed_dim']}, hidden {m['hidden_dim']}, "
         f"{m['num_layers']} layer(s), vocabulary {len(tokens):,} (specials included), "
-        f"{params / 1e6:.2f} M parameters; trained {len(log)} epoch(s) with a sampled softmax of "
-        f"{cfg['train']['sampled_softmax']} ({n_tok:,} tokens, {seconds:.0f} s, "
+        f"{params / 1e6:.2f} M parameters; trained {len(log)} epoch(s) with {softmax} "
+        f"({n_tok:,} tokens, {seconds:.0f} s, "
         f"{n_tok / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}); dev perplexity "
         f"{meta['dev_ppl']:.1f} (epoch {meta['epoch']}, 2% of the training lines)."
     )
@@ -151,8 +155,9 @@ def main() -> None:
         "word, next-word distribution, ranking the prefix's candidates), mean / 95th "
         "percentile over all lists; at word starts, only the lists shown before a word's first "
         "letter (where the model steps happen). CPU: the process's CPU time (what a free core "
-        "takes); wall: elapsed time on this shared, overloaded machine (niced jobs, load 4-9 on "
-        "2 cores during the run), which mostly measures the contention.",
+        "takes); wall: elapsed time on this machine, which other jobs shared during the run, so "
+        "wall figures include their contention. The ONNX row runs the LSTM exported by "
+        "`rescorer export --kind step` in ONNX Runtime (CPU, one network step per typed word).",
         "",
         "| system | KS k=1 | KS k=3 | KS k=5 | top-1 acc | top-3 acc | MRR | "
         "CPU ms per keystroke (mean / p95) | CPU ms at word starts (mean / p95) | "
@@ -171,7 +176,6 @@ def main() -> None:
             f"{r['seconds']:.0f} |"
         )
     lines += [
-        "| with context | - | - | - | - | - | - | - | - | - | - |",
         "",
         "**No context row.** The Enron Mobile sentences carry no context at test time: the "
         "copy in the shared data has only `id<TAB>sentence` (the per-sentence categories of the "

@@ -1,0 +1,427 @@
+"""Tables and plot of the CUE Brown recipe (RESULTS.md, proxy_noise.png), and the CLI's inputs.
+
+python local/results.py cli-inputs EXP OUT     test text (kaldi) and context file for the CLI
+python local/results.py tables EXP HERE --conf CONF
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+PAPER_T3 = [36.6, None, 35.9, 29.8, 27.4]
+PAPER_T4 = [27.4, 29.6, 33.5, 34.8, 36.6, 643]
+PAPER_T5 = [36.6, 29.7, 29.3, 31.8, 32.0, 30.9, 29.9, 30.4, 30.1, 28.8, 27.4]
+PAPER_T6 = [27.4, 29.4, 28.0, 28.2]
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def cli_inputs(exp: Path, out: Path, conf_path: Path) -> None:
+    """The test sentences the tables use (the first eval_test_sentences of the sample)."""
+    limit = json.loads(conf_path.read_text())["data"].get("eval_test_sentences")
+    rows = json.loads((exp / "data" / "test.json").read_text())[:limit]
+    text, ctx = [], []
+    for i, r in enumerate(rows):
+        utt = f"test-{i:05d}"
+        text.append(f"{utt} {' '.join(r['words'])}\n")
+        ctx.append(json.dumps({"utt": utt, "fields": r["fields"]}, ensure_ascii=False) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "test.txt", "".join(text))
+    write_atomic(out / "test_contexts.jsonl", "".join(ctx))
+
+
+def fmt(x: float | None, nd: int = 1) -> str:
+    return "–" if x is None else f"{x:.{nd}f}"
+
+
+def rel(x: float | None, base: float | None) -> str:
+    if x is None or base is None:
+        return "–"
+    return f"{100 * (x - base) / base:+.1f}%"
+
+
+def recovered(x: float | None, base: float | None, best: float | None) -> str:
+    if x is None or base is None or best is None or base == best:
+        return "–"
+    return f"{100 * (base - x) / (base - best):.0f}%"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def tables(exp: Path, here: Path, conf_path: Path) -> None:
+    conf = json.loads(conf_path.read_text())
+    runs = exp / "runs"
+
+    missing: list[str] = []
+
+    def r(name: str) -> dict[str, Any]:
+        """A run's result; {} (shown as "–") when the run has not finished."""
+        got = load(runs / name / "result.json")
+        if got is None:
+            missing.append(name)
+            return {}
+        return got
+
+    def t(name: str, key: str = "test_ppl") -> float | None:
+        return r(name).get(key)
+
+    stats = json.loads((exp / "data" / "stats.json").read_text())
+    se_t, se_l, proxy_ae = r("sentence_transformer"), r("sentence_lstm"), r("proxy_ae")
+    # Sentence encoders alone on the tables' evaluation sentences.
+    se_t_eval, se_l_eval = r("sentence_only_transformer"), r("sentence_only_lstm")
+    best_sigma = load(runs / "best_sigma.json")
+    sigma = best_sigma["sigma"] if best_sigma else conf["proxy_sigmas"][0]
+    base = se_t_eval["test_ppl"]
+    full = t("t3_both")
+    lines: list[str] = []
+    add = lines.append
+
+    # -- header ---------------------------------------------------------------------------------
+    seconds = 0.0
+    for res in runs.glob("*/result.json"):
+        seconds += json.loads(res.read_text()).get("seconds", 0.0)
+    emb = load(exp / "vectors" / "minilm.json") or {}
+    times = {}
+    if (exp / "times.tsv").is_file():
+        for line in (exp / "times.tsv").read_text().splitlines():
+            name, sec = line.split("\t")
+            times[name] = times.get(name, 0) + int(sec)
+    sizes = r("t3_both")["parameters"]
+    add("# CUE on the Brown corpus (Novotney et al. 2022): results\n")
+    add("- Command: `bash recipes/cue_brown/run.sh` (every step niced)")
+    add(f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+    add(
+        f"- Device: {cpu_name()}, {os.cpu_count()} cores, no GPU, shared with other jobs; "
+        f"torch on the CPU, 2 threads"
+    )
+    add(
+        f"- Wall time: {seconds / 60:.1f} min of training and evaluation over all runs, plus "
+        f"{emb.get('seconds', 0) / 60:.1f} min embedding {emb.get('strings', 0):,} distinct "
+        f"context strings with MiniLM (once, cached)"
+        + (
+            "; stages timed by run.sh in this invocation: "
+            + ", ".join(f"{k} {v} s" for k, v in times.items())
+            if times
+            else ""
+        )
+    )
+    add(
+        "- Model sizes (parameters): "
+        + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sizes.items())
+        + f"; frozen string encoder all-MiniLM-L6-v2 (22.7M, 384 dims). Sentence encoders: "
+        f"transformer {se_t['parameters']:,}, LSTM {se_l['parameters']:,}."
+    )
+    d = stats
+    ts, tc = conf["train_sentence"], conf["train_cue"]
+    n_dev = conf["data"]["eval_dev_sentences"]
+    n_test = conf["data"]["eval_test_sentences"]
+    test_rows = json.loads((exp / "data" / "test.json").read_text())[:n_test]
+    test_tokens = sum(len(row["words"]) + 1 for row in test_rows)
+    add(
+        f"- Data: Brown, lower-cased, punctuation dropped, documents split 80/10/10 by genre "
+        f"({d['documents']['train']}/{d['documents']['dev']}/{d['documents']['test']} documents). "
+        f"Sentence encoders: all {d['train_all']['sentences']:,} training sentences "
+        f"({d['train_all']['tokens']:,} tokens), {ts['max_steps']} steps of up to "
+        f"{ts['max_tokens']:,} tokens. CUE stages: a random "
+        f"{d['train']['sentences']:,}-sentence sample of them ({d['train']['tokens']:,} tokens), "
+        f"{tc['max_steps']} steps of up to {tc['max_tokens']:,} tokens each (adaptation too); "
+        f"dev {d['dev']['sentences']:,} and test {d['test']['sentences']:,} "
+        f"sampled sentences, of which the first {n_dev:,} and {n_test:,} ({test_tokens:,} "
+        f"tokens) are used for every table."
+    )
+    add(
+        f"- Vocabulary: the {d['vocab_size'] - 3:,} most frequent training words + <unk>, <s>, "
+        f"</s> (closed: test OOV rate {100 * d['test']['oov_rate']:.1f}%, scored as <unk>). "
+        f"Perplexity is per token over every word and one </s> per sentence, natural logs; "
+        f"the paper's figures (NYT, 28,996 word pieces, 6x512 models, 47M words) are beside ours "
+        f"for the shape only."
+    )
+    add(
+        "- Contexts as English strings: `genre: press reportage`, `source: The Atlanta "
+        "Constitution` (the text's line in Brown's CONTENTS), `document: ca01`, "
+        "`previous sentence: ...` (missing for a document's first sentence). Metadata = genre, "
+        "source, document; A = metadata, B = previous sentence."
+    )
+    cfg = conf["cue"]
+    add(
+        f"- Architecture: sentence encoder {conf['sentence']['layers']}x{conf['sentence']['dim']} "
+        f"({conf['sentence']['heads']} heads), decoder {cfg['decoder_layers']}x{cfg['dim']}, "
+        f"context transformer {cfg['context_layers']}x{cfg['dim']}, proxy auto-encoder "
+        f"V x {cfg['proxy_hidden']} x {cfg['proxy_dim']} x {cfg['proxy_hidden']} x V. The "
+        f"decoder starts as a copy of the sentence LM's softmax (warm start, see README); "
+        f"AdamW, one-cycle schedule, clip 0.95, the best dev epoch kept."
+    )
+    add("")
+
+    # -- Table 3 ---------------------------------------------------------------------------------
+    add("## Table 3 layout: context sets (jointly trained decoder and context encoder)\n")
+    add("| contextual features | test PPL | rel. PPL | paper PPL | paper rel. |")
+    add("|---|---|---|---|---|")
+    rows3 = [
+        ("sentence-internal only (the frozen sentence LM)", base),
+        ("decoder with no context (empty-context vector; control)", t("t3_none")),
+        ("+ metadata (genre, source, document)", t("t3_meta")),
+        ("+ previous sentence", t("t3_prev")),
+        ("+ previous sentence + metadata", full),
+    ]
+    for (label, ppl), paper in zip(rows3, PAPER_T3, strict=True):
+        add(
+            f"| {label} | {fmt(ppl)} | {rel(ppl, base) if ppl != base else '–'} | "
+            f"{fmt(paper)} | {rel(paper, PAPER_T3[0]) if paper not in (None, 36.6) else '–'} |"
+        )
+    add("")
+
+    long_none, long_prev = (
+        load(runs / "long_none" / "result.json"),
+        load(runs / "long_prev" / "result.json"),
+    )
+    if long_none and long_prev:
+        steps = sum(1 for _ in long_prev["epochs"])
+        add(
+            f"Longer training ({steps} epochs of the 9,000-sentence sample instead of "
+            f"{conf['train_cue']['max_steps']} steps), same set-up otherwise:\n"
+        )
+        add("| contextual features | test PPL | rel. to sentence LM | best epoch |")
+        add("|---|---|---|---|")
+        for label, res in (("no context (control)", long_none), ("+ previous sentence", long_prev)):
+            add(
+                f"| {label} | {fmt(res['test_ppl'])} | {rel(res['test_ppl'], base)} | "
+                f"{res['best_epoch']} |"
+            )
+        add("")
+
+    # -- Table 4 ---------------------------------------------------------------------------------
+    add("## Table 4 layout: ablations of the full model (all contexts)\n")
+    add("| module | test PPL | rel. PPL | paper PPL | paper rel. |")
+    add("|---|---|---|---|---|")
+    rows4 = [
+        ("full architecture", full),
+        (
+            "no context transformer (mean of the projected string vectors)",
+            t("t4_no_context_transformer"),
+        ),
+        ("no decoder transformer (CUE concatenated before the logits)", t("t4_concat")),
+        (
+            "no pretrained encoder (hashed word/trigram features instead of MiniLM)",
+            t("t4_hash_encoder"),
+        ),
+        ("no contextual inputs (= Table 3 control row)", t("t3_none")),
+        ("no sentence inputs (context only, constant decoder input)", t("t4_no_sentence_inputs")),
+    ]
+    for (label, ppl), paper in zip(rows4, PAPER_T4, strict=True):
+        add(
+            f"| {label} | {fmt(ppl)} | {rel(ppl, full) if label != 'full architecture' else '0%'}"
+            f" | {fmt(paper)} | {rel(paper, PAPER_T4[0])} |"
+        )
+    add("")
+
+    # -- Table 5 ---------------------------------------------------------------------------------
+    add(
+        f"## Table 5 layout: adaptation (A = metadata, B = previous sentence; proxy sigma {sigma:g}"
+        " chosen on dev by Figure 4)\n"
+    )
+    add(
+        "| row | description | train | adapt | test | test PPL | rel. PPL | gain recovered | "
+        "paper PPL | paper rel. |"
+    )
+    add("|---|---|---|---|---|---|---|---|---|---|")
+    best_b, best_ab = t("t3_prev"), full
+    rows5 = [
+        ("word-only baseline", "–", "–", "–", base, None),
+        (
+            "proxy training (cheating)",
+            "proxy",
+            "–",
+            "proxy",
+            r(f"f4_proxy_s{sigma:g}").get("proxy_test_ppl"),
+            None,
+        ),
+        ("context A always available", "A", "–", "A", t("t3_meta"), None),
+        ("no training context", "proxy", "B", "B", t(f"t5_proxy_s{sigma:g}_to_prev"), best_b),
+        ("no adaptation", "A", "–", "B", t("t5_noadapt_meta_to_prev"), best_b),
+        ("context A replaced by B", "A", "B", "B", t("t5_adapt_meta_to_prev"), best_b),
+        ("context B always available", "B", "–", "B", best_b, best_b),
+        ("no training context", "proxy", "A+B", "A+B", t(f"f4_adapt_s{sigma:g}_to_both"), best_ab),
+        ("no adaptation", "A", "–", "A+B", t("t5_noadapt_meta_to_both"), best_ab),
+        ("context B added after training", "A", "A+B", "A+B", t("t5_adapt_meta_to_both"), best_ab),
+        ("context A+B always available", "A+B", "–", "A+B", best_ab, best_ab),
+    ]
+    for i, ((label, tr, ad, te, ppl, best), paper) in enumerate(
+        zip(rows5, PAPER_T5, strict=True), start=1
+    ):
+        add(
+            f"| {i} | {label} | {tr} | {ad} | {te} | {fmt(ppl)} | "
+            f"{rel(ppl, base) if i > 1 else '–'} | {recovered(ppl, base, best)} | {fmt(paper)} | "
+            f"{rel(paper, PAPER_T5[0]) if i > 1 else '–'} |"
+        )
+    add("")
+    add(
+        "Gain recovered: (row 1 - row) / (row 1 - the jointly trained row with the same test "
+        "context: 7 for B, 11 for A+B). The paper's headline figures are 85% (rows 6, 10) and 67% "
+        "(rows 4, 8). Trained parameters: adaptation "
+        f"{r('t5_adapt_meta_to_prev').get('trained_parameters', 0):,} (context encoder only) "
+        f"vs {r('t3_both').get('trained_parameters', 0):,} in joint training.\n"
+    )
+
+    # -- Table 6 ---------------------------------------------------------------------------------
+    add("## Table 6 layout: swapping the sentence encoder (all contexts)\n")
+    add("| row | sentence encoder (frozen) | context encoder | test PPL | paper PPL |")
+    add("|---|---|---|---|---|")
+    rows6 = [
+        ("transformer", "jointly trained", full),
+        ("transformer", "frozen from (3), new decoder", t("t6_transformer_frozen_ce_from_lstm")),
+        ("LSTM", "jointly trained", t("t6_lstm_joint")),
+        ("LSTM", "frozen from (1), new decoder", t("t6_lstm_frozen_ce_from_transformer")),
+    ]
+    for i, ((se, ce, ppl), paper) in enumerate(zip(rows6, PAPER_T6, strict=True), start=1):
+        add(f"| {i} | {se} | {ce} | {fmt(ppl)} | {fmt(paper)} |")
+    add("")
+    add(
+        f"Sentence encoders alone (no context): transformer {fmt(base)}, LSTM "
+        f"{fmt(se_l_eval['test_ppl'])} test PPL.\n"
+    )
+
+    # -- Figure 4 --------------------------------------------------------------------------------
+    add("## Figure 4: proxy noise sweep\n")
+    add("![proxy noise sweep](proxy_noise.png)\n")
+    add(
+        "| sigma | proxy train + proxy test PPL | adapted to A+B, test PPL | dev PPL after "
+        "adaptation |"
+    )
+    add("|---|---|---|---|")
+    xs, proxy_line, adapt_line = [], [], []
+    for s in conf["proxy_sigmas"]:
+        p = r(f"f4_proxy_s{s:g}")
+        a = r(f"f4_adapt_s{s:g}_to_both")
+        if not p or not a:
+            continue
+        xs.append(s)
+        proxy_line.append(p["proxy_test_ppl"])
+        adapt_line.append(a["test_ppl"])
+        add(f"| {s:g} | {fmt(p['proxy_test_ppl'])} | {fmt(a['test_ppl'])} | {fmt(a['dev_ppl'])} |")
+    add("")
+    add(
+        f"Baseline (sentence LM, no context) {fmt(base)}; all context jointly trained "
+        f"{fmt(full)}. Proxy noise: N(0, sigma^2) per dimension added to the unit-length "
+        f"{cfg['proxy_dim']}-dimensional code, then renormalised.\n"
+    )
+    if xs:
+        plot(here / "proxy_noise.png", xs, proxy_line, adapt_line, base, full)
+
+    # -- auto-encoder, CLI check, runs --------------------------------------------------------
+    add("## Proxy auto-encoder (section 4.2.1)\n")
+    add(
+        f"Mean KL(P~ || F(P~)) per sentence: dev {proxy_ae['initial_dev_kl']:.2f} before "
+        f"training -> {proxy_ae['dev_kl']:.2f} after; test {proxy_ae['test_kl']:.2f} nats "
+        f"(the paper: 5.59 -> 1.94 on NYT test). {proxy_ae['parameters']:,} parameters.\n"
+    )
+    cli = exp / "cli"
+    if (cli / "ppl.txt").is_file():
+        add("## Through the toolkit's CLI (full model, test set)\n")
+        add(
+            "`rescorer cue-vectors` (one CUE vector per utterance context), `rescorer "
+            "cue-export` (ONNX, CUE vector as input) and `rescorer ppl --lm cue:DIR --context "
+            "test_contexts.jsonl`:\n"
+        )
+        add("```")
+        add((cli / "export.txt").read_text().strip())
+        ppl_lines = (cli / "ppl.txt").read_text().splitlines()
+        # The totals and the per-genre breakdown (the command also breaks down by every other
+        # field value, one line per previous sentence: left out here).
+        add("\n".join(x for x in ppl_lines if not x.startswith("  ") or "genre=" in x))
+        add("```")
+        m = re.search(r"^ppl ([0-9.]+)$", (cli / "ppl.txt").read_text(), re.M)
+        if m:
+            add(
+                f"\nThe CLI's perplexity ({m.group(1)}) is the table's full-model figure "
+                f"({fmt(full, 2)}).\n"
+            )
+    add("## Runs\n")
+    add("| run | trained parameters | best epoch | initial dev | dev PPL | test PPL | seconds |")
+    add("|---|---|---|---|---|---|---|")
+    for res in sorted(runs.glob("*/result.json")):
+        x = json.loads(res.read_text())
+        if "test_ppl" not in x and "proxy_test_ppl" not in x:
+            continue
+        dev = x.get("dev_ppl", x.get("proxy_dev_ppl"))
+        test = x.get("test_ppl", x.get("proxy_test_ppl"))
+        add(
+            f"| {res.parent.name} | {x.get('trained_parameters', '–')} | "
+            f"{x.get('best_epoch', '–')} | {fmt(x.get('initial_dev', x.get('initial_dev_ppl')))}"
+            f" | {fmt(dev)} | {fmt(test)} | {x.get('seconds', 0):.0f} |"
+        )
+    add("")
+    if missing:
+        add(f"Runs not finished when this file was written (shown as –): {sorted(set(missing))}.\n")
+    discussion = here / "conf" / "discussion.md"
+    if discussion.is_file():
+        add(discussion.read_text().strip() + "\n")
+    write_atomic(here / "RESULTS.md", "\n".join(lines))
+
+
+def plot(
+    path: Path, xs: list[float], proxy: list[float], adapt: list[float], base: float, full: float
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(xs, proxy, "o-", color="tab:blue", label="proxy train + proxy test")
+    ax.plot(xs, adapt, "s-", color="tab:orange", label="proxy train, adapted to A+B")
+    ax.axhline(base, color="tab:green", ls="--", label="no context (sentence LM)")
+    ax.axhline(full, color="tab:red", ls="--", label="all context, jointly trained")
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlabel("proxy noise sigma")
+    ax.set_ylabel("test perplexity")
+    ax.set_title("CUE on Brown: proxy embedding strength (cf. paper Fig. 4)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("what", choices=("cli-inputs", "tables"))
+    ap.add_argument("exp", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--conf", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if args.conf is None:
+        sys.exit("--conf is needed")
+    if args.what == "cli-inputs":
+        cli_inputs(args.exp, args.out, args.conf)
+    else:
+        tables(args.exp, args.out, args.conf)
+
+
+if __name__ == "__main__":
+    main()
