@@ -34,7 +34,6 @@ epochs. The output folder is the checkpoint of the best epoch
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import logging
@@ -62,7 +61,7 @@ from lm_models.factors import (
     words_of_text,
 )
 from lm_models.fnlm import FNLM, FactoredLM, FNLMConfig, flattening_weights, unk_share
-from lm_models.train import options_from_json, resolve_device
+from lm_models.train import config_training_main, options_from_json, resolve_device
 from lm_models.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
 from lm_models.word_classes import brown_classes, frequency_classes
 from rescorer.io import read_lines
@@ -472,24 +471,9 @@ def train_fnlm(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from rescorer.data import default_data_dir
-
-    ap = argparse.ArgumentParser(prog="python -m lm_models.fnlm_train", description=__doc__)
-    ap.add_argument("config", type=Path)
-    ap.add_argument("--data-dir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
+    config_training_main(
+        argv, "python -m lm_models.fnlm_train", __doc__, FNLMTrainConfig.load, train_fnlm
     )
-    try:
-        cfg = FNLMTrainConfig.load(args.config)
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
-    result = train_fnlm(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
-    logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ which may be the average of two attribute vectors.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import logging
@@ -66,7 +65,7 @@ from lm_models.lbl import (
     history_windows,
     save_lbl,
 )
-from lm_models.train import options_from_json, resolve_device
+from lm_models.train import config_training_main, options_from_json, resolve_device
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary, build_vocabulary
 
 logger = logging.getLogger(__name__)
@@ -843,24 +842,9 @@ def fit_logistic_regression(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from rescorer.data import default_data_dir
-
-    ap = argparse.ArgumentParser(prog="python -m lm_models.lbl_train", description=__doc__)
-    ap.add_argument("config", type=Path)
-    ap.add_argument("--data-dir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
+    config_training_main(
+        argv, "python -m lm_models.lbl_train", __doc__, LBLTrainConfig.load, train_lbl
     )
-    try:
-        cfg = LBLTrainConfig.load(args.config)
-    except ValueError as err:
-        raise SystemExit(f"error: {err}") from None
-    result = train_lbl(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
-    logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
 
 
 if __name__ == "__main__":

@@ -567,6 +567,39 @@ def _save_last(
         shutil.rmtree(old)
 
 
+def config_training_main(
+    argv: Sequence[str] | None,
+    prog: str,
+    description: str | None,
+    load_config: Callable[[Path], Any],
+    run: Callable[[Any, Path, Path, bool], Any],
+) -> None:
+    """The ``python -m`` entry point shared by the trainers that take ``CONFIG --out DIR``.
+
+    ``load_config(path)`` raises ValueError on a bad file (reported as one line);
+    ``run(config, data_dir, out_dir, progress)`` returns a result with ``best_dev_ppl`` and
+    ``best_epoch``.
+    """
+    from rescorer.data import default_data_dir
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("config", type=Path)
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = load_config(args.config)
+    except ValueError as err:
+        ap.exit(2, f"error: {err}\n")  # bad input: one line, exit status 2
+    result = run(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
+    logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from rescorer.data import default_data_dir
 
