@@ -35,7 +35,6 @@ epochs. The output folder is the checkpoint of the best epoch
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import time
@@ -61,7 +60,11 @@ from lm_models.factors import (
     words_of_text,
 )
 from lm_models.fnlm import FNLM, FactoredLM, FNLMConfig, flattening_weights, unk_share
-from lm_models.train import config_training_main, options_from_json, resolve_device
+from lm_models.train import (
+    SectionedConfig,
+    config_training_main,
+    resolve_device,
+)
 from lm_models.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
 from lm_models.word_classes import brown_classes, frequency_classes
 from rescorer.io import read_lines
@@ -196,41 +199,12 @@ class FNLMTrainOptions:
 
 
 @dataclass(frozen=True)
-class FNLMTrainConfig:
+class FNLMTrainConfig(SectionedConfig):
     """A whole training run."""
 
     data: FNLMDataConfig
     model: FNLMModelOptions = field(default_factory=FNLMModelOptions)
     train: FNLMTrainOptions = field(default_factory=FNLMTrainOptions)
-
-    @classmethod
-    def from_json(cls, data: Any) -> FNLMTrainConfig:
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        unknown = sorted(set(data) - {"data", "model", "train"})
-        if unknown:
-            raise ValueError(f"unknown config section(s) {unknown}; expected data, model, train")
-        if "data" not in data:
-            raise ValueError('config needs a "data" section')
-        return cls(
-            data=options_from_json(FNLMDataConfig, data["data"], "data"),
-            model=options_from_json(FNLMModelOptions, data.get("model"), "model"),
-            train=options_from_json(FNLMTrainOptions, data.get("train"), "train"),
-        )
-
-    @classmethod
-    def load(cls, path: str | Path) -> FNLMTrainConfig:
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: cannot read the training config ({err})") from None
-        try:
-            return cls.from_json(raw)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"data": asdict(self.data), "model": asdict(self.model), "train": asdict(self.train)}
 
 
 # -- data -------------------------------------------------------------------------------------

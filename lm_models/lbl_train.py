@@ -40,7 +40,6 @@ which may be the average of two attribute vectors.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import math
 import time
@@ -65,7 +64,11 @@ from lm_models.lbl import (
     history_windows,
     save_lbl,
 )
-from lm_models.train import config_training_main, options_from_json, resolve_device
+from lm_models.train import (
+    SectionedConfig,
+    config_training_main,
+    resolve_device,
+)
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary, build_vocabulary
 
 logger = logging.getLogger(__name__)
@@ -162,44 +165,16 @@ class LBLTrainOptions:
 
 
 @dataclass(frozen=True)
-class LBLTrainConfig:
+class LBLTrainConfig(SectionedConfig):
     """A whole training run."""
 
     data: LBLDataConfig
     model: LBLModelOptions = field(default_factory=LBLModelOptions)
     train: LBLTrainOptions = field(default_factory=LBLTrainOptions)
 
-    @classmethod
-    def from_json(cls, data: Any) -> LBLTrainConfig:
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        unknown = sorted(set(data) - {"data", "model", "train"})
-        if unknown:
-            raise ValueError(f"unknown config section(s) {unknown}; expected data, model, train")
-        if "data" not in data:
-            raise ValueError('config needs a "data" section')
-        cfg = cls(
-            data=options_from_json(LBLDataConfig, data["data"], "data"),
-            model=options_from_json(LBLModelOptions, data.get("model"), "model"),
-            train=options_from_json(LBLTrainOptions, data.get("train"), "train"),
-        )
-        if cfg.model.factors == 0 and cfg.data.attributes:
+    def validate(self) -> None:
+        if self.model.factors == 0 and self.data.attributes:
             raise ValueError("a plain LBL (factors 0) takes no attributes: set data.attributes []")
-        return cfg
-
-    @classmethod
-    def load(cls, path: str | Path) -> LBLTrainConfig:
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: cannot read the training config ({err})") from None
-        try:
-            return cls.from_json(raw)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"data": asdict(self.data), "model": asdict(self.model), "train": asdict(self.train)}
 
 
 # -- data -------------------------------------------------------------------------------------

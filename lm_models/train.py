@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_type_hints
 
 import torch
 import torch.distributed as dist
@@ -136,30 +136,40 @@ def options_from_json(kind: type, values: Mapping[str, Any] | None, what: str) -
     return kind(**values)
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """A whole training run."""
+_Config = TypeVar("_Config", bound="SectionedConfig")
 
-    data: DataConfig
-    model: ModelOptions = field(default_factory=ModelOptions)
-    train: TrainOptions = field(default_factory=TrainOptions)
+
+class SectionedConfig:
+    """A training config of three JSON sections, ``data`` (required), ``model`` and ``train``.
+
+    Mixed into frozen dataclasses whose fields ``data``, ``model``, ``train`` are option
+    dataclasses; each section is built with :func:`options_from_json` (unknown keys are errors).
+    Subclasses check what spans sections in :meth:`validate`.
+    """
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TrainConfig:
-        build = options_from_json
+    def from_json(cls: type[_Config], data: Any) -> _Config:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         unknown = sorted(set(data) - {"data", "model", "train"})
         if unknown:
             raise ValueError(f"unknown config section(s) {unknown}; expected data, model, train")
         if "data" not in data:
             raise ValueError('config needs a "data" section')
-        return cls(
-            data=build(DataConfig, data["data"], "data"),
-            model=build(ModelOptions, data.get("model"), "model"),
-            train=build(TrainOptions, data.get("train"), "train"),
-        )
+        kinds = get_type_hints(cls)
+        sections = {
+            f.name: options_from_json(kinds[f.name], data.get(f.name), f.name)
+            for f in fields(cls)  # type: ignore[arg-type]
+        }
+        cfg = cls(**sections)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Checks across sections (ValueError); none by default."""
 
     @classmethod
-    def load(cls, path: str | Path) -> TrainConfig:
+    def load(cls: type[_Config], path: str | Path) -> _Config:
         try:
             raw = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
@@ -170,7 +180,16 @@ class TrainConfig:
             raise ValueError(f"{path}: {err}") from None
 
     def to_json(self) -> dict[str, Any]:
-        return {"data": asdict(self.data), "model": asdict(self.model), "train": asdict(self.train)}
+        return {f.name: asdict(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TrainConfig(SectionedConfig):
+    """A whole training run."""
+
+    data: DataConfig
+    model: ModelOptions = field(default_factory=ModelOptions)
+    train: TrainOptions = field(default_factory=TrainOptions)
 
 
 CORPUS_READERS: dict[str, Callable[[Path, DataConfig], list[Document]]] = {
