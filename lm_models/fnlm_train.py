@@ -34,7 +34,6 @@ epochs. The output folder is the checkpoint of the best epoch
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
@@ -61,6 +60,7 @@ from lm_models.factors import (
 )
 from lm_models.fnlm import FNLM, FactoredLM, FNLMConfig, flattening_weights, unk_share
 from lm_models.train import (
+    BestKeeper,
     SectionedConfig,
     config_training_main,
     resolve_device,
@@ -381,8 +381,7 @@ def train_fnlm(
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(opts.seed)
-    best_ppl, best_epoch, bad = math.inf, 0, 0
-    best_state = copy.deepcopy(model.state_dict())
+    keeper = BestKeeper(model, opts.patience, opts.lr_decay)
     log: list[FNLMEpoch] = []
     for epoch in range(1, opts.epochs + 1):
         model.train()
@@ -417,17 +416,10 @@ def train_fnlm(
             no_unk,
             with_unk,
         )
-        if dev_ppl < best_ppl:
-            best_ppl, best_epoch, bad = dev_ppl, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-            if bad >= opts.patience:
-                break
-            for group in optimizer.param_groups:
-                group["lr"] *= opts.lr_decay
-    model.load_state_dict(best_state)
-    model.eval()
+        if keeper.update(epoch, dev_ppl, optimizer):
+            break
+    keeper.restore()
+    best_ppl, best_epoch = keeper.best_ppl, keeper.best_epoch
     seconds = time.perf_counter() - t_start
     meta = {
         "best_epoch": best_epoch,

@@ -39,7 +39,6 @@ which may be the average of two attribute vectors.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
@@ -65,6 +64,7 @@ from lm_models.lbl import (
     save_lbl,
 )
 from lm_models.train import (
+    BestKeeper,
     SectionedConfig,
     config_training_main,
     resolve_device,
@@ -415,8 +415,7 @@ def train_lbl(
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(opts.seed)
-    best_ppl, best_epoch, bad = math.inf, 0, 0
-    best_state = copy.deepcopy(model.state_dict())
+    keeper = BestKeeper(model, opts.patience, opts.lr_decay)
     log: list[LBLEpoch] = []
     for epoch in range(1, opts.epochs + 1):
         model.train()
@@ -444,17 +443,10 @@ def train_lbl(
         lr = optimizer.param_groups[0]["lr"]
         log.append(LBLEpoch(epoch, loss_sum / max(tokens, 1), dev_ppl, tokens, seconds, lr))
         logger.info("epoch %d: train loss %.4f, dev ppl %.2f", epoch, log[-1].train_loss, dev_ppl)
-        if dev_ppl < best_ppl:
-            best_ppl, best_epoch, bad = dev_ppl, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-            if bad >= opts.patience:
-                break
-            for group in optimizer.param_groups:
-                group["lr"] *= opts.lr_decay
-    model.load_state_dict(best_state)
-    model.eval()
+        if keeper.update(epoch, dev_ppl, optimizer):
+            break
+    keeper.restore()
+    best_ppl, best_epoch = keeper.best_ppl, keeper.best_epoch
     seconds = time.perf_counter() - t_start
     meta = {
         "best_epoch": best_epoch,

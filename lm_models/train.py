@@ -16,6 +16,7 @@ gradients (NCCL on GPUs, gloo on CPUs).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import math
@@ -134,6 +135,39 @@ def options_from_json(kind: type, values: Mapping[str, Any] | None, what: str) -
     if unknown:
         raise ValueError(f"unknown {what} option(s) {unknown}; expected some of {sorted(known)}")
     return kind(**values)
+
+
+class BestKeeper:
+    """Early stopping for the in-memory trainers (FNLM, LBL): keep the best weights by dev
+    perplexity; after ``patience`` epochs without improvement stop, and after each epoch that
+    did not improve multiply the learning rate by ``lr_decay``."""
+
+    def __init__(self, model: nn.Module, patience: int, lr_decay: float) -> None:
+        self.model = model
+        self.patience = patience
+        self.lr_decay = lr_decay
+        self.best_ppl = math.inf
+        self.best_epoch = 0
+        self._bad = 0
+        self._state = copy.deepcopy(model.state_dict())
+
+    def update(self, epoch: int, dev_ppl: float, optimizer: torch.optim.Optimizer) -> bool:
+        """Record ``epoch``'s dev perplexity; True when training should stop."""
+        if dev_ppl < self.best_ppl:
+            self.best_ppl, self.best_epoch, self._bad = dev_ppl, epoch, 0
+            self._state = copy.deepcopy(self.model.state_dict())
+            return False
+        self._bad += 1
+        if self._bad >= self.patience:
+            return True
+        for group in optimizer.param_groups:
+            group["lr"] *= self.lr_decay
+        return False
+
+    def restore(self) -> None:
+        """Load the best weights back into the model (eval mode)."""
+        self.model.load_state_dict(self._state)
+        self.model.eval()
 
 
 _Config = TypeVar("_Config", bound="SectionedConfig")

@@ -118,20 +118,27 @@ class CommaList(click.ParamType):
         return items
 
 
-class IntList(click.ParamType):
-    """A comma-separated list of non-negative integers."""
+class NumberList(click.ParamType):
+    """A comma-separated list of integers >= 0 (``kind=int``) or finite numbers > 0 (``float``)."""
 
-    name = "N,N,..."
+    def __init__(self, kind: type[int] | type[float]) -> None:
+        self.kind = kind
+        self.name = "N,N,..." if kind is int else "X,Y,..."
+        self._what = "integers >= 0" if kind is int else "numbers > 0"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, tuple):
             return value
         try:
-            items = tuple(int(v) for v in str(value).split(","))
+            items = tuple(self.kind(v) for v in str(value).split(","))
         except ValueError:
-            self.fail(f"expected comma-separated integers, got {value!r}", param, ctx)
-        if any(i < 0 for i in items):
-            self.fail(f"thresholds must be >= 0, got {value!r}", param, ctx)
+            self.fail(f"expected comma-separated {self._what}, got {value!r}", param, ctx)
+        if self.kind is int:
+            valid = all(x >= 0 for x in items)
+        else:
+            valid = all(math.isfinite(x) and x > 0 for x in items)
+        if not valid:
+            self.fail(f"expected comma-separated {self._what}, got {value!r}", param, ctx)
         return items
 
 
@@ -733,7 +740,7 @@ def ngram() -> None:
 @click.option("--order", type=click.IntRange(1, 6), default=4, show_default=True)
 @click.option(
     "--prune",
-    type=IntList(),
+    type=NumberList(int),
     default=None,
     help="Count thresholds per order, e.g. 0,0,1 (unigrams cannot be pruned).",
 )
@@ -1094,23 +1101,6 @@ def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path) -> None:
 # -- keyboard prediction ------------------------------------------------------------------------
 
 
-class FloatList(click.ParamType):
-    """A comma-separated list of positive numbers."""
-
-    name = "X,Y,..."
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, tuple):
-            return value
-        try:
-            items = tuple(float(v) for v in str(value).split(","))
-        except ValueError:
-            self.fail(f"expected comma-separated numbers, got {value!r}", param, ctx)
-        if not all(math.isfinite(x) and x > 0 for x in items):
-            self.fail(f"expected positive numbers, got {value!r}", param, ctx)
-        return items
-
-
 def prediction_options(fn: F) -> F:
     fn = click.option(
         "--device",
@@ -1134,7 +1124,7 @@ def prediction_options(fn: F) -> F:
     )(fn)
     fn = click.option(
         "--weights",
-        type=FloatList(),
+        type=NumberList(float),
         default=None,
         help="Interpolation weights, one per --lm, normalised to sum 1 (default: equal).",
     )(fn)
@@ -1303,7 +1293,7 @@ def predict_cmd(
     "-k",
     "--suggestions",
     "ks",
-    type=IntList(),
+    type=NumberList(int),
     default="1,3,5",
     show_default=True,
     help="Numbers of suggestions shown while typing.",
@@ -1311,7 +1301,7 @@ def predict_cmd(
 @click.option(
     "--accuracy",
     "accuracy_ks",
-    type=IntList(),
+    type=NumberList(int),
     default="1,3",
     show_default=True,
     help="Top-k next-word accuracies (before the first letter).",
@@ -1404,7 +1394,7 @@ def keyboard_eval(
     "-k",
     "--suggestions",
     "ks",
-    type=IntList(),
+    type=NumberList(int),
     default=None,
     help="Numbers of suggestions to compare at (default: every k both files have).",
 )

@@ -185,3 +185,25 @@ def test_ddp_two_cpu_processes_stay_in_sync(tmp_path: Path) -> None:
     # ranks' own dev perplexities: identical parameters give identical perplexities.
     assert r0["ppl"] == pytest.approx(r1["ppl"], rel=1e-9)
     assert r0["ppl"] < 12.5  # learned: uniform guessing over the 14 types is 14
+
+
+def test_best_keeper_stops_decays_and_restores() -> None:
+    from torch import nn
+
+    from lm_models.train import BestKeeper
+
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    keeper = BestKeeper(model, patience=2, lr_decay=0.5)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    assert not keeper.update(1, 10.0, opt)  # best so far: weights kept
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+    assert not keeper.update(2, 12.0, opt)  # worse once: lr halved, keep going
+    assert opt.param_groups[0]["lr"] == 0.5
+    assert keeper.update(3, 11.0, opt)  # worse twice: stop, lr untouched
+    assert opt.param_groups[0]["lr"] == 0.5
+    keeper.restore()
+    assert (keeper.best_ppl, keeper.best_epoch) == (10.0, 1)
+    assert torch.all(model.weight == 1.0) and not model.training
