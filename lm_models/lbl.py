@@ -60,7 +60,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lm_models.vocab import BOS_ID, Vocabulary
+from lm_models.vocab import BOS_ID, UNK_ID, Vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -355,8 +355,21 @@ class LBL(nn.Module):
         attrs: Tensor | None = None,
         x: Tensor | None = None,
     ) -> Tensor:
-        """ln P(target | history, attributes) per row: (B,)."""
+        """ln P(target | history, attributes) per row: (B,).
+
+        With unshared vocabularies (section 2.4) a target outside its text's vocabulary (a
+        word seen in training under other values only) is that vocabulary's ``<unk>``.
+        """
+        if self.config.vocab_attribute and attrs is not None:
+            targets = self.in_vocabulary(targets, attrs)
         return self.log_probs(history, attrs, x).gather(1, targets[:, None])[:, 0]
+
+    def in_vocabulary(self, targets: Tensor, attrs: Tensor) -> Tensor:
+        """(B,) target ids with the words outside the row's vocab_attribute block as <unk>."""
+        a = self.config.attribute_index(self.config.vocab_attribute)
+        ids = attrs[:, a]
+        ok = self._allowed[ids.clamp(min=0), targets] | (ids < 0)
+        return torch.where(ok, targets, torch.full_like(targets, UNK_ID))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

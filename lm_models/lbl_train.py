@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -127,6 +128,10 @@ class LBLModelOptions:
     attr_dims: int | dict[str, int] = 16
     # Rectifier on the looked-up attribute vectors (section 2.5).
     relu: bool = True
+    # Section 2.4, unshared vocabularies: the attribute (one of data.attributes) whose value
+    # selects the output vocabulary, e.g. a language. A word seen in training under one value
+    # only belongs to that value's vocabulary; words seen under several are shared. "" = off.
+    vocab_attribute: str = ""
 
     def dim_of(self, name: str) -> int:
         if isinstance(self.attr_dims, int):
@@ -175,6 +180,11 @@ class LBLTrainConfig(SectionedConfig):
     def validate(self) -> None:
         if self.model.factors == 0 and self.data.attributes:
             raise ValueError("a plain LBL (factors 0) takes no attributes: set data.attributes []")
+        if self.model.vocab_attribute and self.model.vocab_attribute not in self.data.attributes:
+            raise ValueError(
+                f"model.vocab_attribute {self.model.vocab_attribute!r} must be one of "
+                f"data.attributes {list(self.data.attributes)}"
+            )
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -308,6 +318,10 @@ def build_model(
             raise ValueError(f"no training document has the attribute field {name!r}")
         attributes.append(AttributeSpec(name, tuple(values), cfg.model.dim_of(name)))
     m = cfg.model
+    blocks: tuple[int, ...] = ()
+    if m.vocab_attribute:
+        spec = attributes[list(cfg.data.attributes).index(m.vocab_attribute)]
+        blocks = word_blocks(vocab, train_docs, m.vocab_attribute, spec.values)
     config = LBLConfig(
         vocab_size=len(vocab),
         order=m.order,
@@ -315,6 +329,8 @@ def build_model(
         factors=m.factors,
         attributes=tuple(attributes),
         relu=m.relu,
+        vocab_attribute=m.vocab_attribute,
+        word_blocks=blocks,
         lower=cfg.data.lower,
     )
     torch.manual_seed(cfg.train.seed)
@@ -330,7 +346,33 @@ def build_model(
         "attribute_values": {a.name: len(a.values) for a in attributes},
         "parameters": model.num_parameters(),
     }
+    if blocks:
+        counts = Counter(blocks)
+        summary["vocabulary_blocks"] = {
+            (spec.values[i] if i >= 0 else "shared"): n for i, n in sorted(counts.items())
+        }
     return model, vocab, summary
+
+
+def word_blocks(
+    vocab: Vocabulary, docs: Sequence[Document], attribute: str, values: Sequence[str]
+) -> tuple[int, ...]:
+    """Section 2.4: per output unit, the id of the only ``attribute`` value whose training
+    documents contain the word, or -1 (shared) for words seen under several values, words
+    never seen (the vocabulary may hold more) and the specials ``<unk>``, ``<s>``, ``</s>``."""
+    seen: dict[int, set[int]] = {}
+    for d in docs:
+        value = values.index(d.fields[attribute]) if attribute in d.fields else None
+        if value is None:
+            raise ValueError(f"training document {d.doc_id!r} has no {attribute!r} field")
+        for s in d.sentences:
+            for w in vocab.encode(s):
+                seen.setdefault(w, set()).add(value)
+    out = [-1] * len(vocab)
+    for w, vs in seen.items():
+        if w >= len(SPECIAL_TOKENS) and len(vs) == 1:
+            out[w] = next(iter(vs))
+    return tuple(out)
 
 
 @torch.no_grad()
@@ -412,6 +454,10 @@ def train_lbl(
     targets = torch.from_numpy(train.targets)
     attrs = torch.from_numpy(train.attrs)
     n = len(targets)
+    # Attribute dropout never hides the attribute that selects the output vocabulary.
+    droppable = torch.ones(attrs.shape[1], dtype=torch.bool)
+    if model.config.vocab_attribute:
+        droppable[model.config.attribute_index(model.config.vocab_attribute)] = False
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(opts.seed)
@@ -430,7 +476,7 @@ def train_lbl(
             a = attrs[idx]
             if opts.attribute_dropout > 0 and a.shape[1]:
                 drop = torch.rand(a.shape, generator=gen) < opts.attribute_dropout
-                a = a.masked_fill(drop, MISSING)
+                a = a.masked_fill(drop & droppable, MISSING)
             nll = -model(history[idx].to(device), targets[idx].to(device), attrs=a.to(device))
             loss = nll.mean()
             optimizer.zero_grad(set_to_none=True)

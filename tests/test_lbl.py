@@ -394,6 +394,42 @@ def test_training_smoke(tmp_path: Path) -> None:
     assert UNK_ID == 0 and EOS_ID == 2  # the ids the encoders rely on
 
 
+def test_training_with_unshared_vocabularies(tmp_path: Path) -> None:
+    """Section 2.4 through the trainer: words seen under one genre only form its block, "the"
+    (both genres) is shared, and each genre's softmax covers its block and the shared words."""
+    corpus = write_jsonl(tmp_path / "docs.jsonl", 20, 0)
+    cfg = LBLTrainConfig.from_json(
+        {
+            "data": {"corpus": "jsonl", "path": str(corpus), "attributes": ["genre"],
+                     "max_vocab": None, "split": [0.6, 0.2, 0.2]},
+            "model": {"order": 3, "embed_dim": 6, "factors": 6, "attr_dims": 3,
+                      "vocab_attribute": "genre"},
+            "train": {"epochs": 3, "batch_size": 32, "lr": 0.05, "attribute_dropout": 0.5},
+        }
+    )  # fmt: skip
+    result = train_lbl(cfg, tmp_path, tmp_path / "out", progress=False)
+    model, vocab = load_lbl(tmp_path / "out")
+    blocks = dict(zip(vocab.tokens, model.config.word_blocks, strict=True))
+    assert {w: blocks[w] for w in ("war", "dog", "god", "a", "the", "</s>", "<unk>")} == {
+        "war": 0, "dog": 0, "god": 1, "a": 1, "the": -1, "</s>": -1, "<unk>": -1
+    }
+    assert result.epochs[-1].train_loss < result.epochs[0].train_loss
+    rows = encode_sentences(model.config, vocab, [["war", "god"]], [{"genre": "news"}])
+    logp = score_rows(model, rows)
+    with torch.no_grad():
+        dist = model.log_probs(torch.from_numpy(rows.history[:1]), torch.tensor([[0]])).exp()
+        unk = model.log_probs(torch.from_numpy(rows.history[1:2]), torch.tensor([[0]]))[0, UNK_ID]
+    # "god" is not a news word: in a news text it is out of vocabulary, scored as <unk>.
+    assert logp[1] == pytest.approx(float(unk)) and math.isfinite(logp[0])
+    news = [vocab.token_id(w) for w in ("war", "news", "dog", "the", "</s>", "<unk>")]
+    assert float(dist[0, news].sum()) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="vocab_attribute 'lang' must be one of"):
+        LBLTrainConfig.from_json(
+            {"data": {"corpus": "brown", "path": "x", "attributes": ["genre"]},
+             "model": {"vocab_attribute": "lang"}}
+        )  # fmt: skip
+
+
 def test_training_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="plain LBL"):
         LBLTrainConfig.from_json(

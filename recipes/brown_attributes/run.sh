@@ -2,7 +2,8 @@
 # Multiplicative attribute LBLs on the Brown corpus (Kiros, Zemel & Salakhutdinov 2014): an
 # attribute-gated LBL (ATD) with genre and document attributes against a plain LBL of the same
 # size; perplexity (2 seeds), genre classification of held-out documents from inferred attribute
-# vectors, conditional word similarity (Table 5), conditioned samples (Table 2), ONNX export.
+# vectors, conditional word similarity (Table 5), conditioned samples (Table 2), ONNX export;
+# unshared vocabularies (section 2.4) on three UD treebanks with the language as attribute.
 # Writes RESULTS.md beside this script. Each stage skips work whose output exists; delete exp/
 # to start over.
 #
@@ -73,7 +74,27 @@ if run_stage 2 && [ ! -s "$EXP/cli/export.txt" ]; then
 fi
 
 if run_stage 3; then
-  log "stage 3: tables"
+  # Section 2.4 on three UD treebanks (English, Turkish, Uyghur): one LBL, one ATD with the
+  # language as attribute, one ATD whose language also selects the output vocabulary.
+  ud=$EXP/ud
+  mkdir -p "$ud"
+  [ -s "$ud/ud.jsonl" ] || $PY "$HERE/local/prepare_ud.py" "$DATA" "$ud/ud.jsonl"
+  for model in lbl shared unshared; do
+    [ -s "$ud/ud_$model/model.safetensors" ] && continue
+    log "stage 3: UD treebanks, training ud_$model"
+    timed "train_ud_$model" $RESCORER -q lbl-train "$HERE/conf/ud_$model.json" \
+      --data-dir "$ud" --out "$ud/ud_$model" --seed "$first"
+  done
+  if [ ! -s "$ud/ppl_unshared.txt" ]; then
+    $PY "$HERE/local/prepare.py" "$ud/ud_unshared" "$ud" "$ud"
+    $RESCORER -q ppl --lm "lbl:$ud/ud_unshared" --text "$ud/test.txt" --text-format kaldi \
+      --context "$ud/test_context.jsonl" --lm-case none > "$ud/ppl_unshared.txt.tmp"
+    mv "$ud/ppl_unshared.txt.tmp" "$ud/ppl_unshared.txt"
+  fi
+fi
+
+if run_stage 4; then
+  log "stage 4: tables"
   timed "results" $PY "$HERE/local/results.py" "$HERE" "$EXP" "$DATA" --seeds $SEEDS
   log "wrote $HERE/RESULTS.md"
 fi

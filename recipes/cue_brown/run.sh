@@ -9,8 +9,7 @@
 #   bash recipes/cue_brown/run.sh [--stage N] [--stop-stage N]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
-# EXP (recipes/cue_brown/exp), CONF (conf/recipe.json), CUE_LONGER (set: also train two Table 3
-# rows for 3 full epochs).
+# EXP (recipes/cue_brown/exp), CONF (conf/recipe.json).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,10 +65,6 @@ fi
 if run_stage 4; then
   log "stage 4: CUE runs (Tables 3-6, Figure 4)"
   timed experiments local_py experiments
-  if [ -n "${CUE_LONGER:-}" ]; then  # optional: ~15 min more on two CPU cores
-    log "stage 4: Table 3's no-context and previous-sentence rows trained 3 epochs"
-    timed longer local_py longer
-  fi
 fi
 
 if run_stage 5; then

@@ -3,9 +3,9 @@
     python local/prepare.py CHECKPOINT DATA_DIR OUT_DIR
 
 Writes ``test.txt`` (Kaldi text: ``<doc>-<n> words``, one line per test sentence, lower-cased
-as in training) and ``test_context.jsonl`` (each utterance's genre and document: the test
-documents are unseen values of ``doc``, so the model uses the expected document vector), from
-the document split recorded in the checkpoint's ``training.json``.
+as in training) and ``test_context.jsonl`` (each utterance's attributes but ``doc``, e.g. the
+genre: test documents are unseen values of ``doc``, so the model uses the expected document
+vector), from the document split recorded in the checkpoint's ``training.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def main() -> None:
             for i, sentence in enumerate(d.sentences):
                 utt = f"{d.doc_id}-{i:04d}"
                 text.write(f"{utt} {' '.join(sentence)}\n")
-                fields = {"genre": d.fields["genre"]}
+                # The document's attributes except ``doc`` (test documents are unseen values).
+                fields = {a: d.fields[a] for a in cfg.data.attributes if a != "doc"}
                 ctx.write(json.dumps({"utt": utt, "fields": fields}) + "\n")
 
 

@@ -43,7 +43,7 @@ from lm_models.lbl_train import (
     sample_sentences,
     score_rows,
 )
-from lm_models.vocab import Vocabulary
+from lm_models.vocab import UNK_ID, Vocabulary
 from rescorer.io import atomic_write
 from rescorer.machine import describe_machine
 
@@ -287,6 +287,76 @@ def samples_table(model: LBL, vocab: Vocabulary) -> list[str]:
     return lines
 
 
+UD_MODELS = {
+    "ud_lbl": "LBL, no attributes",
+    "ud_shared": "ATD, language attribute, shared vocabulary",
+    "ud_unshared": "ATD, language attribute, unshared vocabularies (section 2.4)",
+}
+
+
+def unshared_section(ud_exp: Path) -> list[str]:
+    """Section 2.4: per-language test perplexity of the three UD models (stage 3)."""
+    if not all((ud_exp / name / "model.safetensors").exists() for name in UD_MODELS):
+        return []
+    lines = [
+        "## Unshared vocabularies (section 2.4): English, Turkish and Uyghur UD treebanks",
+        "",
+    ]
+    table: list[str] = []
+    langs: list[str] | None = None
+    blocks: dict[str, int] = {}
+    for name, label in UD_MODELS.items():
+        model, vocab = load_lbl(ud_exp / name)
+        meta = json.loads((ud_exp / name / "training.json").read_text(encoding="utf-8"))
+        cfg = LBLTrainConfig.from_json(meta["config"])
+        docs = {d.doc_id: d for d in read_documents(cfg.data, ud_exp)}
+        test = [docs[i] for i in meta["split"]["test"]]
+        rows = encode_documents(model.config, vocab, test)
+        lang = np.array([test[i].fields["lang"] for i in rows.doc_index])
+        langs = langs or sorted(set(lang))
+        lp = score_rows(model, rows)
+        targets = torch.from_numpy(rows.targets)
+        if model.config.vocab_attribute:
+            targets = model.in_vocabulary(targets, torch.from_numpy(rows.attrs))
+        unk = targets.numpy() == UNK_ID
+        cells = [f"{ppl(lp[lang == g]):.1f} ({100 * unk[lang == g].mean():.1f} %)" for g in langs]
+        table.append(
+            f"| {label} | {model.num_parameters():,} | {meta['best_dev_ppl']:.1f} | "
+            + " | ".join(cells)
+            + f" | {ppl(lp):.1f} |"
+        )
+        blocks = meta["data"].get("vocabulary_blocks", blocks)
+    assert langs is not None
+    n_docs = len(docs)
+    lines += [
+        f"One multilingual LBL over {n_docs} runs of 20 consecutive sentences from "
+        "UD_English-LinES, UD_Turkish-IMST and UD_Uyghur-UDT (all their files), split 80/10/10 "
+        "stratified by language; the language is the attribute. Unshared: a word seen in "
+        "training under one language only belongs to that language's output vocabulary "
+        f"({', '.join(f'{k} {v:,}' for k, v in blocks.items())} units), and in a text of "
+        "another language it is that language's <unk>. Test perplexity per language (natural "
+        "logs, <unk> as a word), with the share of test tokens scored as <unk> in brackets.",
+        "",
+        "| model | parameters | dev ppl | " + " | ".join(langs) + " | all |",
+        "|---|---|---|" + "---|" * len(langs) + "---|",
+        *table,
+    ]
+    cli = ud_exp / "ppl_unshared.txt"
+    if cli.exists():
+        lines += [
+            "",
+            "The unshared model through `rescorer ppl --lm lbl:exp/ud/ud_unshared --context "
+            "test_context.jsonl` (the context gives each sentence's language; the CLI's OOV "
+            "count is of the whole vocabulary, so a word of another language's block counts as "
+            "in vocabulary there but is scored as <unk>):",
+            "",
+            "```",
+            cli.read_text().strip(),
+            "```",
+        ]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("recipe_dir", type=Path)
@@ -423,6 +493,8 @@ def main() -> None:
         f"{SAMPLE_SEED}), so where two rows differ, the attribute vector made the difference.",
         "",
         *sample_lines,
+        "",
+        *unshared_section(exp / "ud"),
         "",
         "## Through the CLI",
         "",

@@ -62,6 +62,13 @@ def recovered(x: float | None, base: float | None, best: float | None) -> str:
     return f"{100 * (base - x) / (base - best):.0f}%"
 
 
+def schedule(opts: dict[str, Any]) -> str:
+    """A training section of the config in words."""
+    unit = "epoch" if opts["epochs"] == 1 else "epochs"
+    steps = f", at most {opts['max_steps']} steps" if opts.get("max_steps") else ""
+    return f"{opts['epochs']} {unit} of batches of up to {opts['max_tokens']:,} tokens{steps}"
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -73,6 +80,7 @@ def cpu_name() -> str:
 
 
 def tables(exp: Path, here: Path, conf_path: Path) -> None:
+    rows3_sets = ("none", "meta", "prev", "both")
     conf = json.loads(conf_path.read_text())
     runs = exp / "runs"
 
@@ -88,6 +96,28 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
 
     def t(name: str, key: str = "test_ppl") -> float | None:
         return r(name).get(key)
+
+    seeds = [conf["seed"], *conf.get("extra_seeds", [])]
+
+    def per_seed(name: str) -> list[float | None]:
+        """Test PPL of run ``name`` for every seed (its first seed is the plain name)."""
+        return [t(name if s == seeds[0] else f"{name}_seed{s}") for s in seeds]
+
+    def spread(name: str) -> str:
+        """mean ± half-range over the seeds, "–" unless every seed has finished."""
+        vals = per_seed(name)
+        if len(vals) < 2 or any(v is None for v in vals):
+            return "–"
+        got = [v for v in vals if v is not None]
+        return f"{sum(got) / len(got):.1f} ± {(max(got) - min(got)) / 2:.1f}"
+
+    def paired(name: str, ref: str) -> str:
+        """Relative change against ``ref`` seed by seed (same seed = same initialisation of
+        the shared parts and the same batch order), "–" unless every seed has finished."""
+        a, b = per_seed(name), per_seed(ref)
+        if len(a) < 2 or any(v is None for v in (*a, *b)):
+            return "–"
+        return " / ".join(f"{100 * (x - y) / y:+.1f}" for x, y in zip(a, b, strict=True)) + " %"
 
     stats = json.loads((exp / "data" / "stats.json").read_text())
     se_t, se_l, proxy_ae = r("sentence_transformer"), r("sentence_lstm"), r("proxy_ae")
@@ -148,7 +178,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"({d['train_all']['tokens']:,} tokens), {ts['max_steps']} steps of up to "
         f"{ts['max_tokens']:,} tokens. CUE stages: a random "
         f"{d['train']['sentences']:,}-sentence sample of them ({d['train']['tokens']:,} tokens), "
-        f"{tc['max_steps']} steps of up to {tc['max_tokens']:,} tokens each (adaptation too); "
+        f"{schedule(tc)} (adaptation: {schedule(conf['train_adapt'])}); "
         f"dev {d['dev']['sentences']:,} and test {d['test']['sentences']:,} "
         f"sampled sentences, of which the first {n_dev:,} and {n_test:,} ({test_tokens:,} "
         f"tokens) are used for every table."
@@ -179,63 +209,59 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
 
     # -- Table 3 ---------------------------------------------------------------------------------
     add("## Table 3 layout: context sets (jointly trained decoder and context encoder)\n")
-    add("| contextual features | test PPL | rel. PPL | paper PPL | paper rel. |")
-    add("|---|---|---|---|---|")
+    seed_list = ", ".join(str(s) for s in seeds)
+    add(
+        f"| contextual features | test PPL (seed {seeds[0]}) | rel. PPL | seeds {seed_list}: "
+        "mean ± half-range | vs control, per seed | paper PPL | paper rel. |"
+    )
+    add("|---|---|---|---|---|---|---|")
     rows3 = [
-        ("sentence-internal only (the frozen sentence LM)", base),
-        ("decoder with no context (empty-context vector; control)", t("t3_none")),
-        ("+ metadata (genre, source, document)", t("t3_meta")),
-        ("+ previous sentence", t("t3_prev")),
-        ("+ previous sentence + metadata", full),
+        ("sentence-internal only (the frozen sentence LM)", base, None),
+        ("decoder with no context (empty-context vector; control)", t("t3_none"), "t3_none"),
+        ("+ metadata (genre, source, document)", t("t3_meta"), "t3_meta"),
+        ("+ previous sentence", t("t3_prev"), "t3_prev"),
+        ("+ previous sentence + metadata", full, "t3_both"),
     ]
-    for (label, ppl), paper in zip(rows3, PAPER_T3, strict=True):
+    for (label, ppl, name), paper in zip(rows3, PAPER_T3, strict=True):
         add(
             f"| {label} | {fmt(ppl)} | {rel(ppl, base) if ppl != base else '–'} | "
+            f"{spread(name) if name else '–'} | "
+            f"{paired(name, 't3_none') if name and name != 't3_none' else '–'} | "
             f"{fmt(paper)} | {rel(paper, PAPER_T3[0]) if paper not in (None, 36.6) else '–'} |"
         )
     add("")
-
-    long_none, long_prev = (
-        load(runs / "long_none" / "result.json"),
-        load(runs / "long_prev" / "result.json"),
-    )
-    if long_none and long_prev:
-        steps = sum(1 for _ in long_prev["epochs"])
+    short = {n: load(exp / "short_schedule" / f"t3_{n}" / "result.json") for n in rows3_sets}
+    if all(short.values()):
         add(
-            f"Longer training ({steps} epochs of the 9,000-sentence sample instead of "
-            f"{conf['train_cue']['max_steps']} steps), same set-up otherwise:\n"
+            "The first attempt trained every CUE stage for 40 steps of 2,500 tokens (a ninth "
+            "of the schedule above; results kept in `exp/short_schedule/`): test PPL "
+            + ", ".join(f"{n} {fmt(v['test_ppl'])}" for n, v in short.items() if v)
+            + ", i.e. no effect of any context.\n"
         )
-        add("| contextual features | test PPL | rel. to sentence LM | best epoch |")
-        add("|---|---|---|---|")
-        for label, res in (("no context (control)", long_none), ("+ previous sentence", long_prev)):
-            add(
-                f"| {label} | {fmt(res['test_ppl'])} | {rel(res['test_ppl'], base)} | "
-                f"{res['best_epoch']} |"
-            )
-        add("")
 
     # -- Table 4 ---------------------------------------------------------------------------------
     add("## Table 4 layout: ablations of the full model (all contexts)\n")
-    add("| module | test PPL | rel. PPL | paper PPL | paper rel. |")
-    add("|---|---|---|---|---|")
+    add(
+        f"| module | test PPL (seed {seeds[0]}) | rel. PPL | seeds {seed_list}: mean ± "
+        "half-range | vs full, per seed | paper PPL | paper rel. |"
+    )
+    add("|---|---|---|---|---|---|---|")
     rows4 = [
-        ("full architecture", full),
-        (
-            "no context transformer (mean of the projected string vectors)",
-            t("t4_no_context_transformer"),
-        ),
-        ("no decoder transformer (CUE concatenated before the logits)", t("t4_concat")),
-        (
-            "no pretrained encoder (hashed word/trigram features instead of MiniLM)",
-            t("t4_hash_encoder"),
-        ),
-        ("no contextual inputs (= Table 3 control row)", t("t3_none")),
-        ("no sentence inputs (context only, constant decoder input)", t("t4_no_sentence_inputs")),
-    ]
-    for (label, ppl), paper in zip(rows4, PAPER_T4, strict=True):
+        ("full architecture", "t3_both"),
+        ("no context transformer (mean of the projected string vectors)",
+         "t4_no_context_transformer"),
+        ("no decoder transformer (CUE concatenated before the logits)", "t4_concat"),
+        ("no pretrained encoder (hashed word/trigram features instead of MiniLM)",
+         "t4_hash_encoder"),
+        ("no contextual inputs (= Table 3 control row)", "t3_none"),
+        ("no sentence inputs (context only, constant decoder input)", "t4_no_sentence_inputs"),
+    ]  # fmt: skip
+    for (label, name), paper in zip(rows4, PAPER_T4, strict=True):
+        ppl = t(name)
         add(
-            f"| {label} | {fmt(ppl)} | {rel(ppl, full) if label != 'full architecture' else '0%'}"
-            f" | {fmt(paper)} | {rel(paper, PAPER_T4[0])} |"
+            f"| {label} | {fmt(ppl)} | {rel(ppl, full) if name != 't3_both' else '0%'} | "
+            f"{spread(name)} | {paired(name, 't3_both') if name != 't3_both' else '–'} | "
+            f"{fmt(paper)} | {rel(paper, PAPER_T4[0])} |"
         )
     add("")
 
