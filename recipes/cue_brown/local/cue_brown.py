@@ -461,13 +461,20 @@ def experiments(conf: dict, exp: Path) -> None:
     r.joint("t4_concat", "both", decoder="concat")
     r.joint("t4_hash_encoder", "both", embedder="hash:384")
     r.joint("t4_no_sentence_inputs", "both", sentence_inputs=False)
-    # More seeds for the Table 3 and 4 rows whose differences are a few percent.
+    # More seeds for the Table 3, 4 and 5 rows whose differences are a few percent.
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "meta", "prev", "both"):
-            r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed)
+            r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=set_name == "meta")
         r.joint(f"t4_no_context_transformer_seed{seed}", "both", seed=seed,
                 context_transformer=False)  # fmt: skip
         r.joint(f"t4_hash_encoder_seed{seed}", "both", seed=seed, embedder="hash:384")
+        base = f"t3_meta_seed{seed}"
+        for target in ("prev", "both"):
+            r.run(
+                f"t5_noadapt_meta_to_{target}_seed{seed}",
+                lambda t=target, b=base: _eval_only(r, with_fields(r.load(b), conf, t), t),
+            )
+            r.adapt(f"t5_adapt_meta_to_{target}_seed{seed}", base, target)
     # Table 5: A = metadata, B = previous sentence.
     for target in ("prev", "both"):
         r.run(

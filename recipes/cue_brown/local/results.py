@@ -280,9 +280,9 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     )
     add(
         "| row | description | train | adapt | test | test PPL | rel. PPL | gain recovered | "
-        "paper PPL | paper rel. |"
+        f"recovered, seeds {seed_list} | paper PPL | paper rel. |"
     )
-    add("|---|---|---|---|---|---|---|---|---|---|")
+    add("|---|---|---|---|---|---|---|---|---|---|---|")
     best_b, best_ab = t("t3_prev"), full
     rows5 = [
         ("word-only baseline (decoder, empty context)", "–", "–", "–", control, None),
@@ -304,13 +304,29 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         ("context B added after training", "A", "A+B", "A+B", t("t5_adapt_meta_to_both"), best_ab),
         ("context A+B always available", "A+B", "–", "A+B", best_ab, best_ab),
     ]
+    # Rows with runs for every seed: their gain recovered seed by seed (each seed's own rows).
+    seeded5 = {
+        5: ("t5_noadapt_meta_to_prev", "t3_prev"),
+        6: ("t5_adapt_meta_to_prev", "t3_prev"),
+        9: ("t5_noadapt_meta_to_both", "t3_both"),
+        10: ("t5_adapt_meta_to_both", "t3_both"),
+    }
+
+    def recovered_per_seed(row: int) -> str:
+        if row not in seeded5 or len(seeds) < 2:
+            return "–"
+        name, joint = seeded5[row]
+        cols = zip(per_seed(name), per_seed("t3_none"), per_seed(joint), strict=True)
+        got = [recovered(x, c, b) for x, c, b in cols]
+        return "–" if "–" in got else " / ".join(got)
+
     for i, ((label, tr, ad, te, ppl, best), paper) in enumerate(
         zip(rows5, PAPER_T5, strict=True), start=1
     ):
         add(
             f"| {i} | {label} | {tr} | {ad} | {te} | {fmt(ppl)} | "
             f"{rel(ppl, control) if i > 1 else '–'} | {recovered(ppl, control, best)} | "
-            f"{fmt(paper)} | "
+            f"{recovered_per_seed(i)} | {fmt(paper)} | "
             f"{rel(paper, PAPER_T5[0]) if i > 1 else '–'} |"
         )
     add("")
