@@ -186,6 +186,59 @@ def ref_options(required: bool) -> Callable[[F], F]:
     return deco
 
 
+def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
+    """CONFIG, --out, --data-dir, --seed and --device of the trainers that read a sectioned JSON
+    config (fnlm-train, lbl-train); ``spec_kind`` names the --lm kind the checkpoint is for."""
+
+    def deco(fn: F) -> F:
+        fn = click.option("--device", default=None, help="Override the config's train.device.")(fn)
+        fn = click.option(
+            "--seed", type=int, default=None, help="Override the config's train.seed."
+        )(fn)
+        fn = click.option(
+            "--data-dir",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            default=None,
+            help="Where the config's relative paths start (default: $RESCORER_DATA or "
+            "../shared/data).",
+        )(fn)
+        fn = click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            required=True,
+            help=f"Checkpoint folder to write (the best epoch), usable as --lm {spec_kind}:OUT.",
+        )(fn)
+        return click.argument("config_path", metavar="CONFIG", type=EXISTING_FILE)(fn)
+
+    return deco
+
+
+def run_config_trainer(
+    config_type: Any,
+    train_fn: Callable[..., Any],
+    config_path: Path,
+    out_dir: Path,
+    data_dir: Path | None,
+    seed: int | None,
+    device: str | None,
+) -> None:
+    """Load ``config_type`` from CONFIG, apply --seed/--device, train, report the best epoch."""
+    from dataclasses import replace
+
+    from rescorer.data import default_data_dir
+
+    cfg = config_type.load(config_path)
+    overrides = {k: v for k, v in (("seed", seed), ("device", device)) if v is not None}
+    if overrides:
+        cfg = replace(cfg, train=replace(cfg.train, **overrides))
+    result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not _quiet())
+    click.echo(
+        f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch} "
+        f"({result.parameters:,} parameters, {result.seconds:.0f} s); checkpoint {out_dir}"
+    )
+
+
 def lm_options(fn: F) -> F:
     fn = click.option(
         "--lm-oov/--no-lm-oov",

@@ -13,9 +13,10 @@ from rescorer.cli import (
     EXISTING_FILE,
     InputFailure,
     LMSpecType,
-    _quiet,
+    config_trainer_options,
     handle_errors,
     main,
+    run_config_trainer,
 )
 from rescorer.io import read_lines
 from rescorer.lm import LanguageModel, LMSpec, load_lm
@@ -40,22 +41,7 @@ def _sentences(path: Path, text_format: str) -> list[tuple[str, ...]]:
 
 
 @main.command(name="fnlm-train")
-@click.argument("config_path", metavar="CONFIG", type=EXISTING_FILE)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Checkpoint folder to write (the best epoch), usable as --lm fnlm:OUT.",
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="Where the config's relative paths start (default: $RESCORER_DATA or ../shared/data).",
-)
-@click.option("--seed", type=int, default=None, help="Override the config's train.seed.")
-@click.option("--device", default=None, help="Override the config's train.device.")
+@config_trainer_options("fnlm")
 @handle_errors
 def fnlm_train(
     config_path: Path, out_dir: Path, data_dir: Path | None, seed: int | None, device: str | None
@@ -70,20 +56,9 @@ def fnlm_train(
     Example:
       rescorer fnlm-train conf/tr_fnlm.json --out exp/tr/fnlm_seed0 --seed 0
     """
-    from dataclasses import replace
-
     from lm_models.fnlm_train import FNLMTrainConfig, train_fnlm  # torch: imported here
-    from rescorer.data import default_data_dir
 
-    cfg = FNLMTrainConfig.load(config_path)
-    overrides = {k: v for k, v in (("seed", seed), ("device", device)) if v is not None}
-    if overrides:
-        cfg = replace(cfg, train=replace(cfg.train, **overrides))
-    result = train_fnlm(cfg, data_dir or default_data_dir(), out_dir, progress=not _quiet())
-    click.echo(
-        f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch} "
-        f"({result.parameters:,} parameters, {result.seconds:.0f} s); checkpoint {out_dir}"
-    )
+    run_config_trainer(FNLMTrainConfig, train_fnlm, config_path, out_dir, data_dir, seed, device)
 
 
 # -- fnlm-eval ------------------------------------------------------------------------------------

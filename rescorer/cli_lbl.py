@@ -13,7 +13,14 @@ from typing import Any
 import click
 import numpy as np
 
-from rescorer.cli import EXISTING_FILE, InputFailure, _quiet, handle_errors, main
+from rescorer.cli import (
+    EXISTING_FILE,
+    InputFailure,
+    config_trainer_options,
+    handle_errors,
+    main,
+    run_config_trainer,
+)
 from rescorer.errors import InputError
 from rescorer.io import atomic_write, read_lines
 
@@ -72,22 +79,7 @@ def _vector(model: Any, records: Sequence[dict[str, str]], option: str) -> Any:
 
 
 @main.command(name="lbl-train")
-@click.argument("config_path", metavar="CONFIG", type=EXISTING_FILE)
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Checkpoint folder to write (the best epoch), usable as --lm lbl:OUT.",
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="Where the config's relative paths start (default: $RESCORER_DATA or ../shared/data).",
-)
-@click.option("--seed", type=int, default=None, help="Override the config's train.seed.")
-@click.option("--device", default=None, help="Override the config's train.device.")
+@config_trainer_options("lbl")
 @handle_errors
 def lbl_train(
     config_path: Path, out_dir: Path, data_dir: Path | None, seed: int | None, device: str | None
@@ -96,26 +88,16 @@ def lbl_train(
 
     The config has "data", "model" and "train" sections (see lm_models.lbl_train): corpus
     (brown, jsonl), attribute fields ("genre", "doc" = the document id), order, K, factors F,
-    attribute widths; "factors": 0 with no attributes is the plain LBL.
+    attribute widths, "vocab_attribute" for unshared vocabularies (section 2.4); "factors": 0
+    with no attributes is the plain LBL.
 
     \b
     Example:
       rescorer lbl-train conf/atd.json --out exp/atd_seed0 --seed 0
     """
-    from dataclasses import replace
-
     from lm_models.lbl_train import LBLTrainConfig, train_lbl  # torch: imported here
-    from rescorer.data import default_data_dir
 
-    cfg = LBLTrainConfig.load(config_path)
-    overrides = {k: v for k, v in (("seed", seed), ("device", device)) if v is not None}
-    if overrides:
-        cfg = replace(cfg, train=replace(cfg.train, **overrides))
-    result = train_lbl(cfg, data_dir or default_data_dir(), out_dir, progress=not _quiet())
-    click.echo(
-        f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch} "
-        f"({result.parameters:,} parameters, {result.seconds:.0f} s); checkpoint {out_dir}"
-    )
+    run_config_trainer(LBLTrainConfig, train_lbl, config_path, out_dir, data_dir, seed, device)
 
 
 # -- lbl-infer ------------------------------------------------------------------------------------

@@ -17,28 +17,11 @@ ROOT=$(cd "$HERE/../.." && pwd)
 DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
 CONF=${CONF:-$HERE/conf/recipe.json}
-stage=0
-stop_stage=100
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 PY="nice -n 10 $ROOT/.venv/bin/python"
 RESCORER="nice -n 10 $ROOT/.venv/bin/rescorer"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # the string encoder comes from site-packages
-mkdir -p "$EXP"
-log() { echo "[cue_brown $(date +%H:%M:%S)] $*" >&2; }
-timed() {  # timed NAME CMD...: run CMD and add its wall time to exp/times.tsv
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@"
-  printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$EXP/times.tsv"
-}
-run_stage() { [ "$1" -ge "$stage" ] && [ "$1" -le "$stop_stage" ]; }
 local_py() { $PY "$HERE/local/cue_brown.py" "$1" "$CONF" "$EXP" "$DATA"; }
 
 if run_stage 0; then

@@ -25,30 +25,13 @@ RESTARTS=${RESTARTS:-10}
 SEED=${SEED:-0}
 LSTM=${LSTM:-0}
 LSTM_EVERY=${LSTM_EVERY:-5}
-stage=0
-stop_stage=100
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stage) stage=$2; shift 2 ;;
-    --stop-stage) stop_stage=$2; shift 2 ;;
-    *) echo "unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 NBEST=$DATA/nbest/librispeech-espnet
 SETS="dev_clean dev_other"
 LM=$EXP/lm/${ORDER}gram.bin
 PY=$ROOT/.venv/bin/python
 RESCORER=$ROOT/.venv/bin/rescorer
-mkdir -p "$EXP"
-log() { echo "[librispeech_nbest $(date +%H:%M:%S)] $*" >&2; }
-timed() {  # timed NAME CMD...: run CMD and add its wall time to exp/times.tsv
-  local name=$1; shift
-  local t0=$SECONDS
-  "$@"
-  printf '%s\t%s\n' "$name" "$((SECONDS - t0))" >> "$EXP/times.tsv"
-}
-run_stage() { [ "$1" -ge "$stage" ] && [ "$1" -le "$stop_stage" ]; }
 
 if run_stage 0; then
   log "stage 0: set-up"
