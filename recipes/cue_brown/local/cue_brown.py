@@ -461,10 +461,12 @@ def experiments(conf: dict, exp: Path) -> None:
     r.joint("t4_concat", "both", decoder="concat")
     r.joint("t4_hash_encoder", "both", embedder="hash:384")
     r.joint("t4_no_sentence_inputs", "both", sentence_inputs=False)
-    # More seeds for the Table 3, 4 and 5 rows whose differences are a few percent.
+    # More seeds for the Table 3-6 rows whose differences are a few percent.
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "meta", "prev", "both"):
-            r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=set_name == "meta")
+            r.joint(
+                f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=set_name in ("meta", "both")
+            )
         r.joint(f"t4_no_context_transformer_seed{seed}", "both", seed=seed,
                 context_transformer=False)  # fmt: skip
         r.joint(f"t4_hash_encoder_seed{seed}", "both", seed=seed, embedder="hash:384")
@@ -475,6 +477,12 @@ def experiments(conf: dict, exp: Path) -> None:
                 lambda t=target, b=base: _eval_only(r, with_fields(r.load(b), conf, t), t),
             )
             r.adapt(f"t5_adapt_meta_to_{target}_seed{seed}", base, target)
+        t3, lstm = f"t3_both_seed{seed}", f"t6_lstm_joint_seed{seed}"
+        r.joint(lstm, "both", kind="lstm", keep=True, seed=seed)
+        r.run(f"t6_transformer_frozen_ce_from_lstm_seed{seed}",
+              lambda a=t3, b=lstm, s=seed: _swap(r, a, b, s))  # fmt: skip
+        r.run(f"t6_lstm_frozen_ce_from_transformer_seed{seed}",
+              lambda a=lstm, b=t3, s=seed: _swap(r, a, b, s))  # fmt: skip
     # Table 5: A = metadata, B = previous sentence.
     for target in ("prev", "both"):
         r.run(
@@ -526,16 +534,23 @@ def _eval_only(r: Runner, model: CUEModel, set_name: str) -> tuple[CUEModel, dic
     return model, r.evaluate(model, set_name)
 
 
-def _swap(r: Runner, sentence_from: str, context_from: str) -> tuple[CUEModel, dict]:
+def _swap(
+    r: Runner, sentence_from: str, context_from: str, seed: int | None = None
+) -> tuple[CUEModel, dict]:
     """New decoder on ``sentence_from``'s sentence encoder with ``context_from``'s context
-    encoder frozen (Table 6)."""
+    encoder frozen (Table 6); ``seed`` as in :meth:`Runner.joint`."""
     conf, s = r.s.conf, r.s
     kind = r.load(sentence_from).config.sentence.kind
-    model = new_cue_model(conf, s.vocab, kind, s.exp, "both", conf["embedder"])
+    model = new_cue_model(conf, s.vocab, kind, s.exp, "both", conf["embedder"], seed)
     model.context.load_state_dict(r.load(context_from).context.state_dict(), strict=True)
     warm_start_decoder(model)
+    seeded = {} if seed is None else {"seed": seed}
     result = train_cue(
-        model, s.data("train", "both"), s.data("dev", "both"), "decoder", s.options("train_cue")
+        model,
+        s.data("train", "both"),
+        s.data("dev", "both"),
+        "decoder",
+        s.options("train_cue", **seeded),
     )
     return model, {**r.evaluate(model, "both"), **_stage(result)}
 
