@@ -494,22 +494,7 @@ def experiments(conf: dict, exp: Path) -> None:
     best_sigma, best_dev = None, float("inf")
     for sigma in conf["proxy_sigmas"]:
         name = f"f4_proxy_s{sigma:g}"
-
-        def fn(sigma: float = sigma) -> tuple[CUEModel, dict]:
-            model = new_cue_model(conf, setup.vocab, "transformer", exp, "both", conf["embedder"])
-            warm_start_decoder(model)
-            result = train_cue(
-                model,
-                setup.data("train", "both"),
-                setup.data("dev", "both"),
-                "proxy",
-                setup.options("train_cue", sigma=sigma),
-            )
-            info = {f"proxy_{k}": v for k, v in r.evaluate(model, "both", "proxy", sigma).items()}
-            info["sigma"] = sigma
-            return model, {**info, **_stage(result)}
-
-        r.run(name, fn, keep=True)
+        r.run(name, lambda sigma=sigma: _proxy(r, sigma), keep=True)
         res = r.adapt(f"f4_adapt_s{sigma:g}_to_both", name, "both")
         if res["dev_ppl"] < best_dev:
             best_sigma, best_dev = sigma, res["dev_ppl"]
@@ -520,6 +505,31 @@ def experiments(conf: dict, exp: Path) -> None:
     r.joint("t6_lstm_joint", "both", kind="lstm", keep=True)
     r.run("t6_transformer_frozen_ce_from_lstm", lambda: _swap(r, "t3_both", "t6_lstm_joint"))
     r.run("t6_lstm_frozen_ce_from_transformer", lambda: _swap(r, "t6_lstm_joint", "t3_both"))
+    # Figure 4 with the extra seeds.
+    for seed in conf.get("extra_seeds", []):
+        for sigma in conf["proxy_sigmas"]:
+            name = f"f4_proxy_s{sigma:g}_seed{seed}"
+            r.run(name, lambda sigma=sigma, seed=seed: _proxy(r, sigma, seed), keep=True)
+            r.adapt(f"f4_adapt_s{sigma:g}_to_both_seed{seed}", name, "both")
+
+
+def _proxy(r: Runner, sigma: float, seed: int | None = None) -> tuple[CUEModel, dict]:
+    """A decoder trained with proxy contexts of noise ``sigma`` (Figure 4, Table 5 rows 2, 4
+    and 8); ``seed`` as in :meth:`Runner.joint`."""
+    conf, s = r.s.conf, r.s
+    model = new_cue_model(conf, s.vocab, "transformer", s.exp, "both", conf["embedder"], seed)
+    warm_start_decoder(model)
+    seeded = {} if seed is None else {"seed": seed}
+    result = train_cue(
+        model,
+        s.data("train", "both"),
+        s.data("dev", "both"),
+        "proxy",
+        s.options("train_cue", sigma=sigma, **seeded),
+    )
+    info = {f"proxy_{k}": v for k, v in r.evaluate(model, "both", "proxy", sigma).items()}
+    info["sigma"] = sigma
+    return model, {**info, **_stage(result)}
 
 
 def _sentence_only(r: Runner, kind: str) -> tuple[CUEModel, dict]:

@@ -62,6 +62,10 @@ def recovered(x: float | None, base: float | None, best: float | None) -> str:
     return f"{100 * (base - x) / (base - best):.0f}%"
 
 
+def mean_range(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.1f} ± {(max(values) - min(values)) / 2:.1f}"
+
+
 def schedule(opts: dict[str, Any]) -> str:
     """A training section of the config in words."""
     unit = "epoch" if opts["epochs"] == 1 else "epochs"
@@ -99,17 +103,20 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
 
     seeds = [conf["seed"], *conf.get("extra_seeds", [])]
 
+    def seeded_names(name: str) -> list[str]:
+        """Run ``name`` for every seed (its first seed is the plain name)."""
+        return [name if s == seeds[0] else f"{name}_seed{s}" for s in seeds]
+
     def per_seed(name: str) -> list[float | None]:
-        """Test PPL of run ``name`` for every seed (its first seed is the plain name)."""
-        return [t(name if s == seeds[0] else f"{name}_seed{s}") for s in seeds]
+        """Test PPL of run ``name`` for every seed."""
+        return [t(n) for n in seeded_names(name)]
 
     def spread(name: str) -> str:
         """mean ± half-range over the seeds, "–" unless every seed has finished."""
         vals = per_seed(name)
         if len(vals) < 2 or any(v is None for v in vals):
             return "–"
-        got = [v for v in vals if v is not None]
-        return f"{sum(got) / len(got):.1f} ± {(max(got) - min(got)) / 2:.1f}"
+        return mean_range([v for v in vals if v is not None])
 
     def paired(name: str, ref: str) -> str:
         """Relative change against ``ref`` seed by seed (same seed = same initialisation of
@@ -308,6 +315,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     seeded5 = {
         5: ("t5_noadapt_meta_to_prev", "t3_prev"),
         6: ("t5_adapt_meta_to_prev", "t3_prev"),
+        8: (f"f4_adapt_s{sigma:g}_to_both", "t3_both"),
         9: ("t5_noadapt_meta_to_both", "t3_both"),
         10: ("t5_adapt_meta_to_both", "t3_both"),
     }
@@ -368,20 +376,33 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     add("## Figure 4: proxy noise sweep\n")
     add("![proxy noise sweep](proxy_noise.png)\n")
     add(
-        "| sigma | proxy train + proxy test PPL | adapted to A+B, test PPL | dev PPL after "
-        "adaptation |"
+        f"| sigma | proxy train + proxy test PPL (seed {seeds[0]}) | adapted to A+B, test PPL "
+        f"(seed {seeds[0]}) | dev PPL after adaptation (seed {seeds[0]}) | proxy test PPL, seeds "
+        f"{seed_list}: mean ± half-range | adapted test PPL, seeds {seed_list}: mean ± half-range |"
     )
-    add("|---|---|---|---|")
-    xs, proxy_line, adapt_line = [], [], []
+    add("|---|---|---|---|---|---|")
+    xs: list[float] = []
+    proxy_line: list[list[float]] = []
+    adapt_line: list[list[float]] = []
     for s in conf["proxy_sigmas"]:
-        p = r(f"f4_proxy_s{s:g}")
-        a = r(f"f4_adapt_s{s:g}_to_both")
+        p_name, a_name = f"f4_proxy_s{s:g}", f"f4_adapt_s{s:g}_to_both"
+        p, a = r(p_name), r(a_name)
         if not p or not a:
             continue
+        p_seeds = [t(n, "proxy_test_ppl") for n in seeded_names(p_name)]
+        a_seeds = per_seed(a_name)
+        complete = all(v is not None for v in (*p_seeds, *a_seeds))
         xs.append(s)
-        proxy_line.append(p["proxy_test_ppl"])
-        adapt_line.append(a["test_ppl"])
-        add(f"| {s:g} | {fmt(p['proxy_test_ppl'])} | {fmt(a['test_ppl'])} | {fmt(a['dev_ppl'])} |")
+        # Every seed once all have finished, else seed 0 alone.
+        p_vals = [v for v in p_seeds if v is not None]
+        a_vals = [v for v in a_seeds if v is not None]
+        proxy_line.append(p_vals if complete else [p["proxy_test_ppl"]])
+        adapt_line.append(a_vals if complete else [a["test_ppl"]])
+        add(
+            f"| {s:g} | {fmt(p['proxy_test_ppl'])} | {fmt(a['test_ppl'])} | {fmt(a['dev_ppl'])} | "
+            f"{mean_range(proxy_line[-1]) if complete else '–'} | "
+            f"{mean_range(adapt_line[-1]) if complete else '–'} |"
+        )
     add("")
     add(
         f"No context (decoder trained with the empty context) {fmt(control)}; all context "
@@ -390,7 +411,18 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"{cfg['proxy_dim']}-dimensional code, then renormalised.\n"
     )
     if xs:
-        plot(here / "proxy_noise.png", xs, proxy_line, adapt_line, control, full)
+        def seed_mean(name: str) -> float | None:
+            vals = per_seed(name) if max(len(v) for v in proxy_line) > 1 else [t(name)]
+            return None if None in vals else sum(v for v in vals if v is not None) / len(vals)
+
+        plot(
+            here / "proxy_noise.png",
+            xs,
+            proxy_line,
+            adapt_line,
+            seed_mean("t3_none") or control,
+            seed_mean("t3_both") or full,
+        )
 
     # -- auto-encoder, CLI check, runs --------------------------------------------------------
     add("## Proxy auto-encoder (section 4.2.1)\n")
@@ -444,22 +476,40 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
 
 
 def plot(
-    path: Path, xs: list[float], proxy: list[float], adapt: list[float], base: float, full: float
+    path: Path,
+    xs: list[float],
+    proxy: list[list[float]],
+    adapt: list[list[float]],
+    base: float,
+    full: float,
 ) -> None:
+    """Figure 4: per sigma the mean over the seeds run, with bars from the lowest to the
+    highest seed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(xs, proxy, "o-", color="tab:blue", label="proxy train + proxy test")
-    ax.plot(xs, adapt, "s-", color="tab:orange", label="proxy train, adapted to A+B")
-    ax.axhline(base, color="tab:green", ls="--", label="no context (decoder, empty context)")
-    ax.axhline(full, color="tab:red", ls="--", label="all context, jointly trained")
+    for runs, style, color, label in (
+        (proxy, "o-", "tab:blue", "proxy train + proxy test"),
+        (adapt, "s-", "tab:orange", "proxy train, adapted to A+B"),
+    ):
+        mean = [sum(v) / len(v) for v in runs]
+        low = [m - min(v) for m, v in zip(mean, runs, strict=True)]
+        high = [max(v) - m for m, v in zip(mean, runs, strict=True)]
+        ax.errorbar(xs, mean, yerr=[low, high], fmt=style, color=color, capsize=3, label=label)
+    n = max(len(v) for v in proxy) if proxy else 1
+    mean = " (mean)" if n > 1 else ""
+    ax.axhline(base, color="tab:green", ls="--", label=f"no context (decoder, empty context){mean}")
+    ax.axhline(full, color="tab:red", ls="--", label=f"all context, jointly trained{mean}")
     ax.set_xscale("symlog", linthresh=0.1)
     ax.set_xlabel("proxy noise sigma")
     ax.set_ylabel("test perplexity")
-    ax.set_title("CUE on Brown: proxy embedding strength (cf. paper Fig. 4)")
+    ax.set_title(
+        "CUE on Brown: proxy embedding strength (cf. paper Fig. 4)"
+        + (f"\nmean and range over {n} seeds" if n > 1 else "")
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     tmp = path.with_name(f".{path.stem}.tmp.png")
