@@ -378,6 +378,27 @@ class Runner:
         logger.info("run %s: %s", name, {k: v for k, v in info.items() if "ppl" in k})
         return info
 
+    def train(
+        self,
+        model: CUEModel,
+        set_name: str,
+        mode: str,
+        seed: int | None = None,
+        spec: str | None = None,
+        **options: Any,
+    ) -> Any:
+        """``train_cue`` in ``mode`` on the training sample read with context set ``set_name``
+        (the best dev epoch kept), the recipe's train_cue options with ``seed`` (default: the
+        recipe's) and ``options``."""
+        seeded = {} if seed is None else {"seed": seed}
+        return train_cue(
+            model,
+            self.s.data("train", set_name, spec),
+            self.s.data("dev", set_name, spec),
+            mode,
+            self.s.options("train_cue", **seeded, **options),
+        )
+
     # one training stage + evaluation
     def joint(
         self,
@@ -392,7 +413,6 @@ class Runner:
         """Train a new decoder and context encoder jointly; ``seed`` (default: the recipe's)
         sets their initialisation and the order of the training batches."""
         spec = embedder or self.s.embedder
-        seeded = {} if seed is None else {"seed": seed}
 
         def fn() -> tuple[CUEModel, dict]:
             model = new_cue_model(
@@ -400,13 +420,7 @@ class Runner:
             )
             if model.config.sentence_inputs:
                 warm_start_decoder(model)
-            result = train_cue(
-                model,
-                self.s.data("train", set_name, spec),
-                self.s.data("dev", set_name, spec),
-                "joint",
-                self.s.options("train_cue", **seeded),
-            )
+            result = self.train(model, set_name, "joint", seed, spec)
             return model, {**self.evaluate(model, set_name), **_stage(result)}
 
         return self.run(name, fn, keep)
@@ -519,14 +533,7 @@ def _proxy(r: Runner, sigma: float, seed: int | None = None) -> tuple[CUEModel, 
     conf, s = r.s.conf, r.s
     model = new_cue_model(conf, s.vocab, "transformer", s.exp, "both", conf["embedder"], seed)
     warm_start_decoder(model)
-    seeded = {} if seed is None else {"seed": seed}
-    result = train_cue(
-        model,
-        s.data("train", "both"),
-        s.data("dev", "both"),
-        "proxy",
-        s.options("train_cue", sigma=sigma, **seeded),
-    )
+    result = r.train(model, "both", "proxy", seed, sigma=sigma)
     info = {f"proxy_{k}": v for k, v in r.evaluate(model, "both", "proxy", sigma).items()}
     info["sigma"] = sigma
     return model, {**info, **_stage(result)}
@@ -554,14 +561,7 @@ def _swap(
     model = new_cue_model(conf, s.vocab, kind, s.exp, "both", conf["embedder"], seed)
     model.context.load_state_dict(r.load(context_from).context.state_dict(), strict=True)
     warm_start_decoder(model)
-    seeded = {} if seed is None else {"seed": seed}
-    result = train_cue(
-        model,
-        s.data("train", "both"),
-        s.data("dev", "both"),
-        "decoder",
-        s.options("train_cue", **seeded),
-    )
+    result = r.train(model, "both", "decoder", seed)
     return model, {**r.evaluate(model, "both"), **_stage(result)}
 
 
