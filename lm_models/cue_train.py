@@ -49,6 +49,7 @@ from lm_models.cue import (
     render_context,
     unigram_distributions,
 )
+from lm_models.train import resolve_device
 from lm_models.vocab import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -350,12 +351,6 @@ def _fit(
     )
 
 
-def _device(opts: CUETrainOptions) -> torch.device:
-    if opts.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(opts.device)
-
-
 def _batches_in_epoch(n_batches: int, opts: CUETrainOptions) -> int:
     return n_batches if opts.max_steps is None else min(n_batches, opts.max_steps)
 
@@ -377,7 +372,7 @@ def train_sentence_lm(
     model: SentenceLM, train: CUEData, dev: CUEData, opts: CUETrainOptions
 ) -> StageResult:
     """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored)."""
-    device = _device(opts)
+    device = resolve_device(opts.device)
     model.to(device)
     params = list(model.parameters())
     for p in params:
@@ -429,7 +424,7 @@ def train_proxy_autoencoder(
     if model.proxy is None:
         raise ValueError("the model has no proxy auto-encoder (proxy_dim = 0)")
     proxy = model.proxy
-    device = _device(opts)
+    device = resolve_device(opts.device)
     model.to(device)
     for p in model.parameters():
         p.requires_grad_(False)
@@ -492,7 +487,7 @@ def train_cue(
 
     Dev perplexity uses the same CUE source as training (the proxy with noise for ``proxy``).
     """
-    device = _device(opts)
+    device = resolve_device(opts.device)
     model.to(device)
     params = set_trainable(model, mode)
     source = "proxy" if mode == "proxy" else "context"

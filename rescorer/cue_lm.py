@@ -28,6 +28,7 @@ from lm_models.cue import encode_batch, load_cue
 from lm_models.vocab import BOS_ID, EOS, EOS_ID
 from rescorer.lm import Context, LMSpec
 from rescorer.text import CASE_MODES, case_function, choose_case
+from rescorer.torch_lm import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +64,7 @@ class CUELanguageModel:
             raise ValueError(f"CUE checkpoint folder not found: {path}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if device in (None, "auto"):
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.lm = load_cue(path, device, embedder)
+        self.lm = load_cue(path, resolve_device(device), embedder)
         self.name = name or path.name
         self.path = path
         self._batch_size = batch_size

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from lm_models.factors import (
     PlainWord,
@@ -37,6 +36,7 @@ from lm_models.fnlm import EncodedTokens, load_fnlm
 from rescorer.constants import EOS
 from rescorer.lm import Context, LMSpec
 from rescorer.text import CASE_MODES, case_function, choose_case
+from rescorer.torch_lm import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +69,7 @@ class FNLMLanguageModel:
             raise ValueError(f"FNLM checkpoint folder not found: {path}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if device in (None, "auto"):
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self._lm = load_fnlm(path, self.device)
         cfg = self._lm.config
         self.strategy = check_strategy(strategy or cfg.unk_strategy)
