@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from rescorer.io import atomic_write
+from rescorer.machine import describe_machine
 
 PAPER_T3 = [None, 36.6, 35.9, 29.8, 27.4]
 PAPER_T4 = [27.4, 29.6, 33.5, 34.8, 36.6, 643]
@@ -27,9 +28,8 @@ def load(path: Path) -> dict[str, Any] | None:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_write(path) as f:
+        f.write(text)
 
 
 def cli_inputs(exp: Path, out: Path, conf_path: Path) -> None:
@@ -71,16 +71,6 @@ def schedule(opts: dict[str, Any]) -> str:
     unit = "epoch" if opts["epochs"] == 1 else "epochs"
     steps = f", at most {opts['max_steps']} steps" if opts.get("max_steps") else ""
     return f"{opts['epochs']} {unit} of batches of up to {opts['max_tokens']:,} tokens{steps}"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def tables(exp: Path, here: Path, conf_path: Path) -> None:
@@ -153,7 +143,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     add("- Command: `bash recipes/cue_brown/run.sh` (every step niced)")
     add(f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
     add(
-        f"- Device: {cpu_name()}, {os.cpu_count()} cores, no GPU, shared with other jobs; "
+        f"- Device: {describe_machine()}, shared with other jobs; "
         f"torch on the CPU, 2 threads"
     )
     add(
@@ -512,10 +502,9 @@ def plot(
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> None:
