@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from lm_models.lbl_train import (
     fit_logistic_regression,
     infer_attributes,
     limit_rows,
+    perplexity,
     read_documents,
     sample_sentences,
     score_rows,
@@ -63,10 +63,6 @@ QUERIES = [
 SAMPLE_GENRES = ["news", "religion", "romance", "science_fiction"]
 MIX = ("news", "religion")
 SAMPLE_SEED = 7  # the same random draws for every attribute: differences come from x alone
-
-
-def ppl(lp: np.ndarray) -> float:
-    return math.exp(-float(np.mean(lp)))
 
 
 def summary(values: list[float], digits: int = 1) -> str:
@@ -97,17 +93,19 @@ def perplexity_rows(
     cfg = model.config
     out: dict[str, float] = {}
     if not cfg.attributes:
-        out["none"] = ppl(score_rows(model, encode_documents(cfg, vocab, test)))
+        out["none"] = perplexity(score_rows(model, encode_documents(cfg, vocab, test)))
         _, second = halves(test)
-        out["second half: none"] = ppl(score_rows(model, encode_documents(cfg, vocab, second)))
+        out["second half: none"] = perplexity(
+            score_rows(model, encode_documents(cfg, vocab, second))
+        )
         return out
     # The test documents are unseen values of "doc": encoded as missing (expected vector).
-    out["genre"] = ppl(score_rows(model, encode_documents(cfg, vocab, test)))
-    out["none"] = ppl(
+    out["genre"] = perplexity(score_rows(model, encode_documents(cfg, vocab, test)))
+    out["none"] = perplexity(
         score_rows(model, encode_documents(cfg, vocab, test, {"genre": None, "doc": None}))
     )
     first, second = halves(test)
-    out["second half: genre"] = ppl(score_rows(model, encode_documents(cfg, vocab, second)))
+    out["second half: genre"] = perplexity(score_rows(model, encode_documents(cfg, vocab, second)))
     if adapt:
         # Section 2.5 on unseen documents: infer each test document's doc vector from its first
         # half (genre known), score its second half with it.
@@ -122,7 +120,7 @@ def perplexity_rows(
             lp = model(
                 torch.from_numpy(rows2.history), torch.from_numpy(rows2.targets), x=x
             ).double()
-        out["second half: genre + inferred doc"] = ppl(lp.numpy())
+        out["second half: genre + inferred doc"] = perplexity(lp.numpy())
     return out
 
 
@@ -319,11 +317,13 @@ def unshared_section(ud_exp: Path) -> list[str]:
         if model.config.vocab_attribute:
             targets = model.in_vocabulary(targets, torch.from_numpy(rows.attrs))
         unk = targets.numpy() == UNK_ID
-        cells = [f"{ppl(lp[lang == g]):.1f} ({100 * unk[lang == g].mean():.1f} %)" for g in langs]
+        cells = [
+            f"{perplexity(lp[lang == g]):.1f} ({100 * unk[lang == g].mean():.1f} %)" for g in langs
+        ]
         table.append(
             f"| {label} | {model.num_parameters():,} | {meta['best_dev_ppl']:.1f} | "
             + " | ".join(cells)
-            + f" | {ppl(lp):.1f} |"
+            + f" | {perplexity(lp):.1f} |"
         )
         blocks = meta["data"].get("vocabulary_blocks", blocks)
     assert langs is not None
