@@ -25,12 +25,13 @@ from pathlib import Path
 import kenlm
 import numpy as np
 
-from rescorer.data import REPO_ROOT, default_data_dir
+from rescorer.core.data import REPO_ROOT, default_data_dir
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import cpu_name
 from rescorer.features import add_lm_scores
 from rescorer.formats import read_nbest
-from rescorer.io import atomic_write
-from rescorer.lm import KenLM, sentence_scores
-from rescorer.machine import cpu_name
+from rescorer.lms.contract import sentence_scores
+from rescorer.lms.kenlm import KenLM
 from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, tune
 

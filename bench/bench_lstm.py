@@ -27,14 +27,14 @@ from pathlib import Path
 import torch
 
 from lm_models.checkpoint import load_checkpoint, save_checkpoint
-from lm_models.context import ContextVariable
-from lm_models.lstm import ContextLSTM, LSTMConfig
+from lm_models.lstm.context import ContextVariable
+from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.vocab import build_vocabulary
-from rescorer.data import REPO_ROOT, default_data_dir
+from rescorer.core.data import REPO_ROOT, default_data_dir
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import cpu_name
 from rescorer.formats import read_nbest
-from rescorer.io import atomic_write
-from rescorer.machine import cpu_name
-from rescorer.torch_lm import TorchLM
+from rescorer.lms.torch import TorchLM
 
 
 def best_of(fn: Callable[[], object], repeat: int) -> float:

@@ -1,11 +1,14 @@
-"""ONNX export of the context LSTMs, with the context folded into the weights ahead of time.
+"""ONNX export of the toolkit's models, with the context folded in ahead of time.
 
-* :mod:`export.graph` -- the ONNX graphs (step model, sentence scorer; single or multi-context),
-  built node by node with ``onnx.helper`` from numpy weights.
+* :mod:`export.format` -- the format itself: kinds, version, input/output names, metadata keys.
+* :mod:`export.runtime` -- reading an export: metadata and an ONNX Runtime session (no torch).
+* :mod:`export.graph` -- the context-LSTM graphs (step model, sentence scorer; single or
+  multi-context), built node by node with ``onnx.helper`` from numpy weights.
 * :mod:`export.exporter` -- checkpoint -> weights (``ContextLSTM.adapt`` per context) -> graph,
   metadata, ``onnx.checker``, the vocabulary file beside the model (``rescorer export``).
-* :mod:`export.quantize` -- dynamic int8 quantisation and the perplexity change it costs.
+* :mod:`export.cue_graph`, :mod:`export.lbl_graph` -- the CUE decoder and the attribute LBL.
+* :mod:`export.quantize` -- dynamic int8 quantisation.
 * :mod:`export.parity` -- ONNX Runtime vs PyTorch on random batches.
 
-Running an export needs ONNX Runtime and numpy only: :mod:`rescorer.onnx_lm` (``onnx:MODEL``).
+Running an export needs ONNX Runtime and numpy only: :mod:`rescorer.lms.onnx` (``onnx:MODEL``).
 """

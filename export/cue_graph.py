@@ -1,7 +1,7 @@
-"""Export a CUE checkpoint (:mod:`lm_models.cue`) to ONNX with the CUE vector as an input.
+"""Export a CUE checkpoint (:mod:`lm_models.cue.model`) to ONNX with the CUE vector as an input.
 
 The context side of CUE runs once per context: its strings are embedded by the frozen string
-encoder and folded into one CUE vector (:meth:`lm_models.cue.CUELM.cue_vectors`, or
+encoder and folded into one CUE vector (:meth:`lm_models.cue.model.CUELM.cue_vectors`, or
 ``rescorer cue-vectors``), which a decoder keeps beside the utterance. The exported graph is the
 rest: the frozen sentence encoder and the decoder, for any batch of sentences and their vectors.
 
@@ -38,14 +38,13 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from lm_models.cue import CUELM, PAD_ID, CUEModel
+from export.format import CUE_KIND as EXPORT_KIND
+from export.format import FORMAT, FORMAT_VERSION, LOG_BASE
+from lm_models.cue.model import CUELM, PAD_ID, CUEModel
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
-EXPORT_KIND = "cue-scorer"
-FORMAT = "rescorer-onnx"
-FORMAT_VERSION = 1
 OPSET = 17
 TOLERANCE = 1e-4
 INPUTS = ("x", "x_lens", "cue")
@@ -132,7 +131,7 @@ def export_cue(lm: CUELM, out: str | os.PathLike[str], opset: int = OPSET) -> CU
         "embedder": cfg.embedder,
         "context_fields": json.dumps([list(p) for p in cfg.context_fields]),
         "vocab_file": vocab_path.name,
-        "log_base": "e",
+        "log_base": LOG_BASE,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_model = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".onnx", dir=out.parent)

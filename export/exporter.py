@@ -1,4 +1,4 @@
-"""Export a :class:`lm_models.lstm.ContextLSTM` checkpoint to ONNX with its contexts folded in.
+"""Export a :class:`lm_models.lstm.model.ContextLSTM` checkpoint to ONNX, its contexts folded in.
 
 The architecture comes from the checkpoint (:func:`lm_models.checkpoint.load_checkpoint`); the
 context-dependent weights from :meth:`ContextLSTM.adapt` of each context record: W' = W + A and
@@ -49,15 +49,26 @@ import numpy as np
 import onnx
 import torch
 
+from export.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    KEY_CONTEXT_VARIABLES,
+    KEY_CONTEXTS,
+    KEY_FORMAT,
+    KEY_FORMAT_VERSION,
+    KEY_KIND,
+    KEY_VOCAB_FILE,
+    KINDS,
+    LOG_BASE,
+)
 from export.graph import OPSET, LayerWeights, LSTMWeights, make_model, scorer_graph, step_graph
 from lm_models.checkpoint import load_checkpoint
-from lm_models.context import ContextVariable
-from lm_models.lstm import ContextLSTM
+from lm_models.lstm.context import ContextVariable
+from lm_models.lstm.model import ContextLSTM
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
-from rescorer.context_key import ContextField, numbers
-from rescorer.errors import InputError
-from rescorer.io import atomic_write, read_lines
-from rescorer.onnx_lm import FORMAT, FORMAT_VERSION, KINDS
+from rescorer.core.context_key import ContextField, numbers
+from rescorer.core.errors import InputError
+from rescorer.core.io import atomic_write, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -345,10 +356,10 @@ def export_metadata(
     )
     return {
         "model_type": "context_lstm",
-        "format": FORMAT,
-        "format_version": str(FORMAT_VERSION),
+        KEY_FORMAT: FORMAT,
+        KEY_FORMAT_VERSION: str(FORMAT_VERSION),
         "version": str(FORMAT_VERSION),
-        "export_kind": kind,
+        KEY_KIND: kind,
         "comment": comment,
         "vocab_size": str(cfg.vocab_size),
         "sos_id": str(BOS_ID),
@@ -360,11 +371,11 @@ def export_metadata(
         "embedding_dim": str(cfg.embed_dim),
         "mode": cfg.mode,
         "layer_norm": "true" if cfg.layer_norm else "false",
-        "context_variables": json.dumps(fields),
-        "contexts": json.dumps(list(records)),
+        KEY_CONTEXT_VARIABLES: json.dumps(fields),
+        KEY_CONTEXTS: json.dumps(list(records)),
         "num_contexts": str(len(records)),
-        "vocab_file": vocab_file,
-        "log_base": "e",
+        KEY_VOCAB_FILE: vocab_file,
+        "log_base": LOG_BASE,
     }
 
 

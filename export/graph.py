@@ -5,8 +5,8 @@ layer, the output bias ``b_out + Q c + one-hot biases``), so each graph is a pla
 model. With a leading context axis C on some of them (``multi``), the graph has an extra
 ``context_id`` input (N,) that gathers one context's weights per row.
 
-What one graph computes (notation of :mod:`lm_models.lstm`; N batch, T steps, e embedding size,
-d hidden size, a = in + d, V vocabulary)::
+What one graph computes (notation of :mod:`lm_models.lstm.model`; N batch, T steps, e embedding
+size, d hidden size, a = in + d, V vocabulary)::
 
     w_t           = E[x_t]                                             Gather           (N, T, e)
     gx            = w W'_x0^T + b'_0        all steps at once          MatMul, Add      (N, T, 3d)
@@ -18,12 +18,12 @@ d hidden size, a = in + d, V vocabulary)::
     h_top         = the top layer's h_t for every t            Scan output             (N, T, d)
     log p         = log_softmax(E_out L h_top + bias)          MatMul(s), Add, LogSoftmax (N,T,V)
 
-which is :meth:`lm_models.lstm.ContextLSTM.forward` step for step (same operations in the same
+which is :meth:`lm_models.lstm.model.ContextLSTM.forward` step for step (same operations in the same
 order, float32). Per-context weights are gathered by ``context_id``: b' (N, 3d) and the output
 bias (N, V) per row; W' (FactorCell) per row as (N, a, 3d), so that every step is a batched
 ``h (N, 1, a) @ W' (N, a, 3d)``. That reads N copies of W' per step, so the graph has an If:
 when every row of the batch has the same context_id, W' is gathered once and the matmuls are
-the shared ones (the cost of a single-context export); ``rescorer.onnx_lm`` batches by context
+the shared ones (the cost of a single-context export); ``rescorer.lms.onnx`` batches by context
 to get that path.
 
 Two graph families:
@@ -52,8 +52,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17  # LayerNormalization needs 17
 IR_VERSION = 8  # the IR of opset 17; newer IRs are refused by older ONNX Runtime releases
-FORGET_BIAS = 1.0  # f <- sigmoid(f + 1), as lm_models.lstm.FORGET_BIAS
-LAYER_NORM_EPS = 1e-5  # as lm_models.lstm.LAYER_NORM_EPS
+FORGET_BIAS = 1.0  # f <- sigmoid(f + 1), as lm_models.lstm.model.FORGET_BIAS
+LAYER_NORM_EPS = 1e-5  # as lm_models.lstm.model.LAYER_NORM_EPS
 
 INT64_MAX = np.iinfo(np.int64).max
 

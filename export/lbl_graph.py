@@ -1,8 +1,8 @@
-"""ONNX export of a multiplicative LBL (:mod:`lm_models.lbl`) with one attribute vector folded in.
+"""ONNX export of a multiplicative LBL (:mod:`lm_models.lbl.model`), one attribute vector folded in.
 
 For a fixed attribute vector x the gated word matrix T^x = (W^fv)^T diag(W^fd x) W^fk (eq. 3) is
 a constant V x K matrix, so the exported graph is a plain log-bilinear n-gram model (N rows,
-n-1 history words, K, V as in :mod:`lm_models.lbl`)::
+n-1 history words, K, V as in :mod:`lm_models.lbl.model`)::
 
     r_i     = E^T[history[:, i]]                 Gather             (N, n-1, K)
     r_cat   = reshape(r, (N, (n-1) K))           Reshape            (N, (n-1) K)
@@ -37,16 +37,16 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from lm_models.lbl import LBL, attribute_ids, load_lbl
+from export.format import FORMAT_VERSION, LBL_KIND
+from export.format import LBL_FORMAT as FORMAT
+from lm_models.lbl.model import LBL, attribute_ids, load_lbl
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
-from rescorer.io import atomic_write
+from rescorer.core.io import atomic_write
 
 logger = logging.getLogger(__name__)
 
 OPSET = 17
 IR_VERSION = 8
-FORMAT = "rescorer-lbl-onnx"
-FORMAT_VERSION = 1
 TOLERANCE = 1e-4
 
 
@@ -156,7 +156,7 @@ def export_lbl(
         "model_type": "lbl",
         "format": FORMAT,
         "format_version": str(FORMAT_VERSION),
-        "export_kind": "lbl-step",
+        "export_kind": LBL_KIND,
         "vocab_size": str(cfg.vocab_size),
         "order": str(cfg.order),
         "sos_id": str(BOS_ID),

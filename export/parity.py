@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_models.lstm import ContextLSTM
-from rescorer.onnx_lm import OnnxMeta, create_session
+from export.runtime import OnnxMeta, create_session
+from lm_models.lstm.model import ContextLSTM
 
 TOLERANCE = 1e-4
 

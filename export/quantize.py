@@ -9,25 +9,22 @@ around it, so the nodes that produce them are excluded. The metadata properties 
 quantiser drops) are copied over, with ``quantization`` added; the vocabulary file stays the
 float model's.
 
-:func:`perplexity_change` scores the same sentences with both files through
-:class:`rescorer.onnx_lm.OnnxLM` and reports the perplexity of each.
+:func:`rescorer.lms.onnx.perplexity_change` scores the same sentences with both files and reports
+the perplexity of each.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import onnx
 
-from rescorer.io import atomic_write
+from rescorer.core.io import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -167,50 +164,3 @@ def quantize_int8(
         src.stat().st_size / 2**20,
     )
     return dst
-
-
-@dataclass(frozen=True)
-class PerplexityChange:
-    """Perplexities of a float32 model and its int8 model on the same text."""
-
-    # Perplexity (natural-log based, </s> included) of the float32 model.
-    ppl_fp32: float
-    # Perplexity of the int8 model.
-    ppl_int8: float
-    # Tokens scored (words + one </s> per sentence).
-    tokens: int
-    # Largest absolute difference of a token log-probability between the two (nats).
-    max_token_diff: float
-
-    @property
-    def relative_change(self) -> float:
-        """(ppl_int8 - ppl_fp32) / ppl_fp32."""
-        return (self.ppl_int8 - self.ppl_fp32) / self.ppl_fp32
-
-    def describe(self) -> str:
-        return (
-            f"perplexity {self.ppl_fp32:.3f} (float32) -> {self.ppl_int8:.3f} (int8), "
-            f"{100 * self.relative_change:+.2f}% over {self.tokens} tokens; largest token "
-            f"log-prob change {self.max_token_diff:.4f} nats"
-        )
-
-
-def perplexity_change(
-    fp32: str | os.PathLike[str],
-    int8: str | os.PathLike[str],
-    sentences: Sequence[Sequence[str]],
-    contexts: Sequence[Mapping[str, Any] | None] | None = None,
-    device: str | None = "cpu",
-) -> PerplexityChange:
-    """Score ``sentences`` with both models (word level, ``</s>`` included)."""
-    from rescorer.onnx_lm import OnnxLM
-
-    if not sentences:
-        raise ValueError("perplexity_change: expected some sentences, got none")
-    a = OnnxLM(fp32, device=device).token_logprobs(sentences, contexts)
-    b = OnnxLM(int8, device=device).token_logprobs(sentences, contexts)
-    tokens = sum(len(x) for x in a)
-    total_a = sum(float(x.sum()) for x in a)
-    total_b = sum(float(x.sum()) for x in b)
-    diff = max(float(abs(x - y).max()) for x, y in zip(a, b, strict=True))
-    return PerplexityChange(math.exp(-total_a / tokens), math.exp(-total_b / tokens), tokens, diff)

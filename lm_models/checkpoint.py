@@ -9,16 +9,20 @@
       (other .txt files) optional model-specific text files (the FNLM's factor vocabularies)
 
 Loading reads the architecture from ``config.json`` and builds the model from
-:data:`MODEL_TYPES`; a model family registers itself there as ``name -> (ConfigClass,
-ModelClass)``, where ``ConfigClass`` has ``to_json()``/``from_json()``, has a ``vocab_size``, and
-``ModelClass(config)`` builds the model and keeps it as ``model.config``.
+:data:`MODEL_TYPES`, a plain dict ``name -> (ConfigClass, ModelClass)`` that knows no family: each
+family's ``model.py`` adds its own entries with :func:`register_model_type` when it is imported,
+and the families (the subpackages of :mod:`lm_models`) are imported on the first save or load.
+``ConfigClass`` has ``to_json()``/``from_json()`` and a ``vocab_size``; ``ModelClass(config)``
+builds the model and keeps it as ``model.config``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
+import pkgutil
 import shutil
 import tempfile
 from collections import Counter
@@ -31,11 +35,6 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from lm_models.cue import CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
-from lm_models.fnlm import FNLM, FNLMConfig
-from lm_models.lbl import LBL, LBLConfig
-from lm_models.lstm import ContextLSTM, LSTMConfig
-
 logger = logging.getLogger(__name__)
 
 FORMAT = "rescorer-checkpoint"
@@ -45,16 +44,29 @@ VOCAB_FILE = "vocab.txt"
 WEIGHTS_FILE = "model.safetensors"
 TRAINING_FILE = "training.json"
 
-MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {
-    "context_lstm": (LSTMConfig, ContextLSTM),
-    "fnlm": (FNLMConfig, FNLM),
-    "cue": (CUEConfig, CUEModel),
-    "cue_sentence_lm": (SentenceLMConfig, SentenceLM),
-    "lbl": (LBLConfig, LBL),
-}
+MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {}
+"""model_type -> (ConfigClass, ModelClass); filled by the families (:func:`register_model_type`)."""
+
+
+def register_model_type(name: str, config_cls: type, model_cls: type[nn.Module]) -> None:
+    """Declare a checkpoint ``model_type``: called by a family's ``model.py`` at import."""
+    known = MODEL_TYPES.get(name)
+    if known is not None and known != (config_cls, model_cls):
+        raise ValueError(f"model_type {name!r} is already registered as {known[1].__name__}")
+    MODEL_TYPES[name] = (config_cls, model_cls)
+
+
+def _import_families() -> None:
+    """Import every family package of :mod:`lm_models`, so that each has registered its types."""
+    import lm_models
+
+    for info in pkgutil.iter_modules(lm_models.__path__):
+        if info.ispkg:
+            importlib.import_module(f"lm_models.{info.name}")
 
 
 def _model_type(model: nn.Module) -> str:
+    _import_families()
     for name, (_, model_cls) in MODEL_TYPES.items():
         if type(model) is model_cls:
             return name
@@ -178,6 +190,7 @@ def load_checkpoint(
             f"got {header.get('format_version')!r}"
         )
     model_type = header.get("model_type")
+    _import_families()
     if model_type not in MODEL_TYPES:
         raise ValueError(
             f"{config_file}: unknown model_type {model_type!r}; expected one of {list(MODEL_TYPES)}"

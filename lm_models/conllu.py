@@ -18,7 +18,7 @@ words it spans, and every other word as itself; empty nodes are left out, as the
 them out. Field values are kept as written; ``_`` means "unspecified" in every field but FORM
 and LEMMA, where it can also be a literal underscore (the format does not tell them apart).
 
-Malformed input raises :class:`rescorer.errors.InputError` naming the file and line.
+Malformed input raises :class:`rescorer.core.errors.InputError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rescorer.errors import InputError
-from rescorer.io import read_lines
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
 
 logger = logging.getLogger(__name__)
 

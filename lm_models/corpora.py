@@ -2,7 +2,7 @@
 
 A document is an id, a tuple of tokenised sentences and a mapping of context fields (``genre``,
 ``topic``, ``class`` ...). Readers return ``list[Document]`` and raise
-:class:`rescorer.errors.InputError` naming the file and 1-based line for malformed input:
+:class:`rescorer.core.errors.InputError` naming the file and 1-based line for malformed input:
 
 ==================  ====================================================================
 :func:`read_brown`  Brown corpus folder (``cats.txt`` + 500 ``word/tag`` files), field ``genre``
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from rescorer.errors import InputError
-from rescorer.io import read_lines
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
 
 logger = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from rescorer.errors import InputError
-from rescorer.io import atomic_write, read_lines
+from rescorer.core.errors import InputError
+from rescorer.core.io import atomic_write, read_lines
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from rescorer.constants import LENGTH_FEATURE, TOTAL_SCORE
-from rescorer.errors import InputError
-from rescorer.io import atomic_write
+from rescorer.core.constants import LENGTH_FEATURE, TOTAL_SCORE
+from rescorer.core.errors import InputError
+from rescorer.core.io import atomic_write
 from rescorer.nbest import NBest, NBestList
 
 WEIGHTS_FORMAT = "rescorer-weights"

@@ -16,7 +16,7 @@ for other names, by the first non-blank line (``{`` starts JSONL):
   exactly as many tab-separated cells; an empty cell means missing.
 
 Blank lines are skipped. A malformed line, an empty or duplicate utterance id, or a bad header
-raises :class:`rescorer.errors.InputError` naming the file and line. Whether a model knows a
+raises :class:`rescorer.core.errors.InputError` naming the file and line. Whether a model knows a
 field or value is the model's business (a torch model ignores fields it does not declare and
 treats unseen values as missing); an n-gram model ignores contexts altogether.
 """
@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from rescorer.errors import InputError, check_same_ids
+from rescorer.core.errors import InputError, check_same_ids
 from rescorer.formats._common import lines, shorten, type_name
 
 logger = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from rescorer.constants import OOV_SUFFIX
-from rescorer.lm import Context, LanguageModel, sentence_scores
+from rescorer.core.constants import OOV_SUFFIX
+from rescorer.lms.contract import Context, LanguageModel, sentence_scores
 from rescorer.nbest import NBest
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ Worked example, "on its way" with ``k = 1``: baseline = (2+1) + (3+1) + (3+1) = 
 model's first suggestion is "i" before any letter and "on" after "o": "on" costs 2 (``o``, tap).
 If "its" is the first suggestion after "on": 1 (tap). If "way" is never the first suggestion
 while typing ``w``, ``wa``: 4 (``w a y`` and the space). Used = 7, KS = 1 - 7/11 = 0.364.
-(``tests/test_keyboard.py`` counts this and other sentences by hand.)
+(``tests/rescorer/test_keyboard.py`` counts this and other sentences by hand.)
 
 Other conventions: words are compared in the vocabulary's case (see :mod:`rescorer.predict`);
 lengths are counted on the words as written in the test text; the model always sees the intended
@@ -56,9 +56,9 @@ from typing import Any
 
 import numpy as np
 
-from rescorer.errors import InputError, check_same_ids
-from rescorer.io import atomic_write, read_lines
-from rescorer.lm import Context
+from rescorer.core.errors import InputError, check_same_ids
+from rescorer.core.io import atomic_write, read_lines
+from rescorer.lms.contract import Context
 from rescorer.predict import Predictor
 from rescorer.significance import (
     BootstrapResult,

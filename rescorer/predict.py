@@ -14,7 +14,7 @@ protocol that does: ``vocabulary()``, ``start(context)``, ``step(state, word)`` 
 LanguageModel in one:
 
 * KenLM (:class:`KenLMNextWord`): every candidate is scored with the state API after the
-  history's state (:meth:`rescorer.lm.KenLM.logprobs_after`); the arrays are cached per KenLM
+  history's state (:meth:`rescorer.lms.kenlm.KenLM.logprobs_after`); the arrays are cached per KenLM
   state, so histories that end in the same n-gram context share one computation. KenLM's binary
   format does not expose its vocabulary: it is read from an ARPA file's unigrams, or given as a
   word list (``--vocab``).
@@ -75,10 +75,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from rescorer.constants import BOS, EOS, UNK
-from rescorer.errors import InputError
-from rescorer.io import read_lines
-from rescorer.lm import Context, KenLM, LanguageModel
+from rescorer.core.constants import BOS, EOS, UNK
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
+from rescorer.lms.contract import Context, LanguageModel
+from rescorer.lms.kenlm import KenLM
 from rescorer.text import CASE_MODES, case_function
 
 logger = logging.getLogger(__name__)
@@ -461,7 +462,7 @@ def next_word_model(lm: Any, words: Sequence[str]) -> NextWordModel:
     """Wrap a loaded model so it predicts over ``words`` (see the module docstring)."""
     if isinstance(lm, KenLM):
         return KenLMNextWord(lm, words)
-    torch_lm = sys.modules.get("rescorer.torch_lm")
+    torch_lm = sys.modules.get("rescorer.lms.torch")
     if torch_lm is not None and isinstance(lm, torch_lm.TorchLM):
         return TorchNextWord(lm, words)
     if callable(getattr(lm, "vocabulary", None)) and callable(getattr(lm, "next_logprobs", None)):

@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rescorer.errors import InputError
+from rescorer.core.errors import InputError
+from rescorer.core.io import atomic_write
 from rescorer.formats._common import check_field, first_content_line, lines, read_keyed, shorten
-from rescorer.io import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rescorer.errors import InputError, check_same_ids
+from rescorer.core.errors import InputError, check_same_ids
 from rescorer.nbest import NBest
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rescorer.data import default_data_dir
+from rescorer.core.data import default_data_dir
 
 DATA_DIR = default_data_dir()
 ESPNET_DIR = DATA_DIR / "nbest" / "librispeech-espnet"

@@ -25,13 +25,14 @@ import torch
 
 from lm_models.checkpoint import load_checkpoint
 from lm_models.corpora import Document, split_documents
-from lm_models.evaluate import perplexity, report_from_scores, value_scores
-from lm_models.inspect_context import context_pca, plot_pca, top_boosted_words
-from lm_models.train import CORPUS_READERS, TrainConfig, resolve_device, train
+from lm_models.lstm.evaluate import perplexity, report_from_scores, value_scores
+from lm_models.lstm.inspect import context_pca, plot_pca, top_boosted_words
+from lm_models.lstm.train import CORPUS_READERS, TrainConfig, train
 from lm_models.vocab import Vocabulary
-from rescorer.data import default_data_dir
-from rescorer.io import atomic_write
-from rescorer.machine import cpu_name
+from rescorer.core.data import default_data_dir
+from rescorer.core.device import resolve_device
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import cpu_name
 
 MODES = ("unadapted", "softmax_bias", "concat", "factor")
 LABELS = {

@@ -3,7 +3,7 @@
 Every reader returns an :class:`~rescorer.nbest.NBest` whose log-probability scores are in
 **natural log** (higher is better); formats that store log10 (``srilm3``), bytelog
 (``srilm1``, ``srilm2``) or costs (``kaldi``) are converted on read and back on write.
-Malformed input raises :class:`~rescorer.errors.InputError` naming the file (and line).
+Malformed input raises :class:`~rescorer.core.errors.InputError` naming the file (and line).
 
 ==========  ==========================================================  =====================
 format      layout                                                      scores (stored as)
@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from rescorer.errors import InputError
+from rescorer.core.errors import InputError
 from rescorer.formats import espnet, json_formats, kaldi, srilm
 from rescorer.formats._common import first_content_line, is_dir, shorten
 from rescorer.nbest import NBest

@@ -1,7 +1,7 @@
 """Helpers shared by the N-best readers and writers (private to ``rescorer.formats``).
 
 Nothing here converts log bases; each format module does its own conversion with the constants
-from :mod:`rescorer.constants`.
+from :mod:`rescorer.core.constants`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from rescorer.errors import InputError
-from rescorer.io import read_lines
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
 from rescorer.nbest import NBest
 
 T = TypeVar("T")
@@ -25,7 +25,7 @@ _HAS_SPACE = re.compile(r"\s")
 
 
 def lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """:func:`rescorer.io.read_lines`, with unreadable files (a corrupt ``.gz``, no permission)
+    """:func:`rescorer.core.io.read_lines`, with unreadable files (a corrupt ``.gz``, no permission)
     also turned into :class:`InputError` naming the file."""
     try:
         yield from read_lines(path)

@@ -30,7 +30,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from rescorer.errors import InputError, check_same_ids
+from rescorer.core.errors import InputError, check_same_ids
+from rescorer.core.io import atomic_write
 from rescorer.formats._common import (
     check_field,
     check_finite,
@@ -43,7 +44,6 @@ from rescorer.formats._common import (
     read_keyed,
     shorten,
 )
-from rescorer.io import atomic_write
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from rescorer.errors import InputError
+from rescorer.core.errors import InputError
+from rescorer.core.io import atomic_write
 from rescorer.formats._common import (
     check_finite,
     check_nbest_fields,
@@ -37,7 +38,6 @@ from rescorer.formats._common import (
     shorten,
     type_name,
 )
-from rescorer.io import atomic_write
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
 _RANK_KEY = re.compile(r"^(.*?)([0-9]+)$")

@@ -34,8 +34,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from rescorer.constants import BOS, BYTELOG_TO_LN, EOS, LN10
-from rescorer.errors import InputError
+from rescorer.core.constants import BOS, BYTELOG_TO_LN, EOS, LN10
+from rescorer.core.errors import InputError
+from rescorer.core.io import atomic_write
 from rescorer.formats._common import (
     check_file_name,
     check_finite,
@@ -48,7 +49,6 @@ from rescorer.formats._common import (
     score_or_fail,
     shorten,
 )
-from rescorer.io import atomic_write
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from lm_models.lbl_train import LBLTrainConfig, read_documents
-from rescorer.io import atomic_write
+from lm_models.lbl.train import LBLTrainConfig, read_documents
+from rescorer.core.io import atomic_write
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from lm_models.conllu import iter_conllu
-from rescorer.io import atomic_write
+from rescorer.core.io import atomic_write
 
 # Treebank folder under DATA_DIR/ud -> the value of the ``lang`` attribute.
 TREEBANKS = {"UD_English-LinES": "en", "UD_Turkish-IMST": "tr", "UD_Uyghur-UDT": "ug"}
@@ -33,9 +33,7 @@ def main() -> None:
         files = sorted((args.data_dir / "ud" / folder).glob("*.conllu"))
         if not files:
             raise SystemExit(f"no .conllu files under {args.data_dir / 'ud' / folder}")
-        sentences = [
-            " ".join(w.form for w in s.words) for path in files for s in iter_conllu(path)
-        ]
+        sentences = [" ".join(w.form for w in s.words) for path in files for s in iter_conllu(path)]
         n = args.sentences_per_document
         for k in range(0, len(sentences), n):
             doc = {"id": f"{lang}{k // n:04d}", "text": sentences[k : k + n],

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from lm_models.corpora import Document
-from lm_models.lbl import LBL, load_lbl
-from lm_models.lbl_train import (
+from lm_models.lbl.model import LBL, load_lbl
+from lm_models.lbl.train import (
     EncodedRows,
     InferenceOptions,
     LBLTrainConfig,
@@ -44,8 +44,8 @@ from lm_models.lbl_train import (
     score_rows,
 )
 from lm_models.vocab import UNK_ID, Vocabulary
-from rescorer.io import atomic_write
-from rescorer.machine import describe_machine
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import describe_machine
 
 CLASSIFY_TOKENS = 150  # tokens of each document used to infer its genre vector
 CLASSIFY_TRAIN_EVERY = 2  # every 2nd training document trains the logistic regression

@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from lm_models.context_encoders import VectorCache, make_embedder
 from lm_models.corpora import read_brown, split_documents
-from lm_models.cue import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
-from lm_models.cue_train import (
+from lm_models.cue.encoders import VectorCache, make_embedder
+from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
+from lm_models.cue.train import (
     CUEData,
     CUETrainOptions,
     cue_perplexity,
@@ -137,7 +137,7 @@ def vector_cache(conf: dict, exp: Path, embedder_spec: str) -> VectorCache:
 
 
 def embed(conf: dict, exp: Path, embedder_spec: str) -> None:
-    from lm_models.cue import render_context
+    from lm_models.cue.model import render_context
 
     cache = vector_cache(conf, exp, embedder_spec)
     before = len(cache)
@@ -293,7 +293,7 @@ def new_cue_model(
     the new modules initialised from ``seed`` (default: the recipe's seed)."""
     from safetensors.torch import load_file
 
-    from lm_models.cue import load_sentence_lm
+    from lm_models.cue.model import load_sentence_lm
 
     dim = 384 if embedder == "minilm" or embedder.startswith("hash") else 0
     if embedder.startswith("hash:"):
@@ -356,7 +356,7 @@ class Runner:
 
     def load(self, name: str) -> CUEModel:
         if name not in self.models:
-            from lm_models.cue import load_cue
+            from lm_models.cue.model import load_cue
 
             self.models[name] = load_cue(self.runs / name / "model").model
         return self.models[name]

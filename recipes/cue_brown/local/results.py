@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rescorer.io import atomic_write
-from rescorer.machine import describe_machine
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import describe_machine
 
 PAPER_T3 = [None, 36.6, 35.9, 29.8, 27.4]
 PAPER_T4 = [27.4, 29.6, 33.5, 34.8, 36.6, 643]
@@ -142,10 +142,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     add("# CUE on the Brown corpus (Novotney et al. 2022): results\n")
     add("- Command: `bash recipes/cue_brown/run.sh` (every step niced)")
     add(f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    add(
-        f"- Device: {describe_machine()}, shared with other jobs; "
-        f"torch on the CPU, 2 threads"
-    )
+    add(f"- Device: {describe_machine()}, shared with other jobs; torch on the CPU, 2 threads")
     add(
         f"- Wall time: {seconds / 60:.1f} min of training and evaluation over all runs, plus "
         f"{emb.get('seconds', 0) / 60:.1f} min embedding {emb.get('strings', 0):,} distinct "
@@ -401,6 +398,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"{cfg['proxy_dim']}-dimensional code, then renormalised.\n"
     )
     if xs:
+
         def seed_mean(name: str) -> float | None:
             vals = per_seed(name) if max(len(v) for v in proxy_line) > 1 else [t(name)]
             return None if None in vals else sum(v for v in vals if v is not None) / len(vals)

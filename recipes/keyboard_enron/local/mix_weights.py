@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rescorer.io import atomic_write
-from rescorer.lm import load_lm
+from rescorer.core.io import atomic_write
+from rescorer.lms import load_lm
 from rescorer.predict import em_mixture_weights, read_word_list
 
 

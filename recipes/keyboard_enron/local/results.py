@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rescorer.io import atomic_write
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import describe_machine
 from rescorer.keyboard import compare_systems, read_sentence_results, read_sentences
-from rescorer.machine import describe_machine
 
 SYSTEMS = [
     ("3gram", "KenLM 3-gram"),

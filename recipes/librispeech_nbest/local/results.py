@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 
 from rescorer.combine import Weights, one_best
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import describe_machine
 from rescorer.formats import read_nbest
-from rescorer.io import atomic_write
-from rescorer.machine import describe_machine
 from rescorer.refs import read_kaldi_text, read_references
 from rescorer.significance import compare
 from rescorer.wer import WerReport, oracle, score_corpus

@@ -18,9 +18,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from lm_models.factors import FactorSettings
-from lm_models.fnlm_train import read_sentences
-from rescorer.io import atomic_write
+from lm_models.fnlm.factors import FactorSettings
+from lm_models.fnlm.train import read_sentences
+from rescorer.core.io import atomic_write
 
 SPLITS = ("train", "dev", "test")
 RARE = "<rare>"

@@ -24,15 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_models.factors import FactorSettings
-from lm_models.fnlm import FactoredLM, load_fnlm
-from lm_models.fnlm_eval import TokenFlags, mean_prob_after_unknown, token_flags
-from lm_models.fnlm_train import read_sentences
+from lm_models.fnlm.evaluate import TokenFlags, mean_prob_after_unknown, token_flags
+from lm_models.fnlm.factors import FactorSettings
+from lm_models.fnlm.model import FactoredLM, load_fnlm
+from lm_models.fnlm.train import read_sentences
 from lm_models.vocab import UNK_ID
-from rescorer.io import atomic_write
-from rescorer.lm import KenLM
-from rescorer.machine import describe_machine
-from rescorer.mixture import em_weights, mix_logprobs
+from rescorer.core.io import atomic_write
+from rescorer.core.machine import describe_machine
+from rescorer.lms.kenlm import KenLM
+from rescorer.lms.mixture import em_weights, mix_logprobs
 
 SPLITS = ("dev", "test")
 RARE = "<rare>"  # the rare-word token of train_rare.txt (local/prepare.py)
@@ -81,8 +81,8 @@ def arpa_counts(path: Path) -> list[int]:
 def rare_class_ngram(ngram: KenLM, tokens: list[list[str]], lm: FactoredLM) -> np.ndarray:
     """ln P per token (words, </s>) of the 3-gram trained with rare words as ``<rare>``.
 
-    Words are scored as the NLMs score them (lm_models.fnlm): a frequent word as itself, a rare
-    training word as P(<rare>|h) (1 - beta) / n_rare, an unseen word as P(<rare>|h) beta, with
+    Words are scored as the NLMs score them (lm_models.fnlm.model): a frequent word as itself, a
+    rare training word as P(<rare>|h) (1 - beta) / n_rare, an unseen word as P(<rare>|h) beta, with
     the NLMs' beta and n_rare; rare and unseen words in a history are ``<rare>`` too.
     """
     cfg = lm.config

@@ -1,0 +1,60 @@
+"""The toolkit's ONNX export format: kinds, version, input/output names and metadata keys.
+
+Exports are plain ONNX models whose metadata properties (``onnx.ModelProto.metadata_props``, all
+strings) describe them; a decoder needs the ``.onnx`` file and the vocabulary file named in it.
+This module is the one definition of that format: the exporters (:mod:`export.exporter`,
+:mod:`export.cue_graph`, :mod:`export.lbl_graph`) write it and the runtime adapter
+(:mod:`rescorer.lms.onnx`) reads it. It imports nothing, so the runtime needs neither torch nor
+the exporters.
+"""
+
+from __future__ import annotations
+
+FORMAT = "rescorer-onnx"
+"""Metadata ``format`` of the context-LSTM and CUE exports (read by ``onnx:`` models)."""
+LBL_FORMAT = "rescorer-lbl-onnx"
+"""Metadata ``format`` of the LBL exports (history windows in, not recurrent state)."""
+FORMAT_VERSION = 1
+"""Metadata ``format_version`` (also written as ``version``, icefall's key)."""
+
+# Context-LSTM export kinds: step models (one token, state in and out) and sentence scorers
+# (whole padded sentences in, per-token and sentence log-probs out); "multi" ones take a
+# context_id input choosing among the folded contexts.
+STEP_KINDS = ("step", "multi")
+SCORER_KINDS = ("scorer", "multi-scorer")
+KINDS = STEP_KINDS + SCORER_KINDS
+CUE_KIND = "cue-scorer"  # CUE decoder with the CUE vector as an input
+LBL_KIND = "lbl-step"  # LBL with one attribute record folded in
+
+# Graph input and output names of each context-LSTM kind, in order.
+INPUTS = {
+    "step": ["x", "h0", "c0"],
+    "multi": ["x", "h0", "c0", "context_id"],
+    "scorer": ["x", "x_lens"],
+    "multi-scorer": ["x", "x_lens", "context_id"],
+}
+OUTPUTS = {
+    "step": ["log_softmax", "next_h0", "next_c0"],
+    "multi": ["log_softmax", "next_h0", "next_c0"],
+    "scorer": ["token_logprobs", "sentence_logprob"],
+    "multi-scorer": ["token_logprobs", "sentence_logprob"],
+}
+
+# Metadata keys every export of the context LSTM carries and the runtime checks (all strings;
+# JSON for the lists). Exports add descriptive keys beside them (comment, mode, layer_norm, ...).
+KEY_FORMAT = "format"
+KEY_FORMAT_VERSION = "format_version"
+KEY_KIND = "export_kind"
+KEY_VOCAB_FILE = "vocab_file"
+KEY_CONTEXT_VARIABLES = "context_variables"  # JSON list of {name, kind, values, dim}
+KEY_CONTEXTS = "contexts"  # JSON list of the folded records, in context_id order
+INTEGER_KEYS = (
+    "vocab_size",
+    "sos_id",
+    "eos_id",
+    "unk_id",
+    "pad_id",
+    "num_layers",
+    "hidden_size",
+)
+LOG_BASE = "e"  # metadata ``log_base``: every output is a natural log

@@ -1,0 +1,189 @@
+"""Reading an export: its metadata (:class:`OnnxMeta`) and an ONNX Runtime session on a device.
+
+numpy and ONNX Runtime only: the runtime adapter (:mod:`rescorer.lms.onnx`) and the parity
+check (:mod:`export.parity`) both open exports through here, so a decoder-side user needs no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from export.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    KEY_CONTEXT_VARIABLES,
+    KEY_CONTEXTS,
+    KEY_FORMAT,
+    KEY_FORMAT_VERSION,
+    KEY_KIND,
+    KEY_VOCAB_FILE,
+    KINDS,
+    SCORER_KINDS,
+)
+from rescorer.core.context_key import ContextField
+
+logger = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+_ORT_DEFAULT_SEVERITY = 2  # ONNX Runtime's default logger severity (warning)
+
+
+@dataclass(frozen=True)
+class OnnxMeta:
+    """The metadata properties of an export, parsed and checked."""
+
+    # "step" | "multi" | "scorer" | "multi-scorer".
+    kind: str
+    # V, and the ids of <s>, </s>, <unk> and of the padding.
+    vocab_size: int
+    sos_id: int
+    eos_id: int
+    unk_id: int
+    pad_id: int
+    # LSTM layers and state size d (h0/c0 are (num_layers, N, hidden_size)).
+    num_layers: int
+    hidden_size: int
+    # The model's context variables.
+    fields: tuple[ContextField, ...]
+    # Context records in context_id order (single-context exports: the folded one).
+    contexts: tuple[dict[str, Any], ...]
+    # File name of the vocabulary, in the model's folder.
+    vocab_file: str
+
+    @property
+    def multi(self) -> bool:
+        return self.kind.startswith("multi")
+
+    @property
+    def scorer(self) -> bool:
+        return self.kind in SCORER_KINDS
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, str], path: Path) -> OnnxMeta:
+        def get(key: str) -> str:
+            if key not in props:
+                raise ValueError(
+                    f"{path}: metadata property {key!r} missing; expected an export of "
+                    f"`rescorer export` (format {FORMAT!r})"
+                )
+            return props[key]
+
+        def integer(key: str) -> int:
+            try:
+                return int(get(key))
+            except ValueError:
+                raise ValueError(
+                    f"{path}: metadata {key!r}: expected an integer, got {props[key]!r}"
+                ) from None
+
+        def parsed(key: str) -> Any:
+            try:
+                return json.loads(get(key))
+            except json.JSONDecodeError:
+                raise ValueError(
+                    f"{path}: metadata {key!r}: expected JSON, got {props[key]!r}"
+                ) from None
+
+        if get(KEY_FORMAT) != FORMAT:
+            raise ValueError(
+                f"{path}: metadata format: expected {FORMAT!r}, got {props[KEY_FORMAT]!r}"
+            )
+        if integer(KEY_FORMAT_VERSION) != FORMAT_VERSION:
+            raise ValueError(
+                f"{path}: metadata format_version: expected {FORMAT_VERSION}, "
+                f"got {props[KEY_FORMAT_VERSION]!r}"
+            )
+        kind = get(KEY_KIND)
+        if kind not in KINDS:
+            raise ValueError(f"{path}: metadata export_kind: expected one of {KINDS}, got {kind!r}")
+        fields = parsed(KEY_CONTEXT_VARIABLES)
+        contexts = parsed(KEY_CONTEXTS)
+        if not isinstance(fields, list) or not isinstance(contexts, list) or not contexts:
+            raise ValueError(
+                f"{path}: metadata context_variables and contexts: expected JSON lists "
+                f"(contexts non-empty), got {props[KEY_CONTEXT_VARIABLES]!r}, "
+                f"{props[KEY_CONTEXTS]!r}"
+            )
+        if not all(isinstance(c, dict) for c in contexts):
+            raise ValueError(f"{path}: metadata contexts: expected a list of JSON objects")
+        vocab_file = get(KEY_VOCAB_FILE)
+        if not vocab_file or Path(vocab_file).name != vocab_file or vocab_file in (".", ".."):
+            raise ValueError(
+                f"{path}: metadata vocab_file: expected a file name in the model's folder, "
+                f"got {vocab_file!r}"
+            )
+        return cls(
+            kind=kind,
+            vocab_size=integer("vocab_size"),
+            sos_id=integer("sos_id"),
+            eos_id=integer("eos_id"),
+            unk_id=integer("unk_id"),
+            pad_id=integer("pad_id"),
+            num_layers=integer("num_layers"),
+            hidden_size=integer("hidden_size"),
+            fields=tuple(ContextField.from_json(f) for f in fields),
+            contexts=tuple(contexts),
+            vocab_file=vocab_file,
+        )
+
+
+def _cuda_index(device: str) -> int:
+    if device == "cuda":
+        return 0
+    try:
+        index = int(device.split(":", 1)[1])
+    except (IndexError, ValueError):
+        index = -1
+    if index < 0:
+        raise ValueError(f"bad device {device!r}: expected auto, cpu, cuda or cuda:N")
+    return index
+
+
+def create_session(
+    path: str | Path, device: str | None = None, threads: int | None = None
+) -> tuple[ort.InferenceSession, str]:
+    """An ONNX Runtime session for ``path`` on ``device`` -> (session, "cpu" | "cuda:N")."""
+    device = "auto" if device is None else str(device)
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        raise ValueError(f"bad device {device!r}: expected auto, cpu, cuda or cuda:N")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: no per-session warnings on stderr
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        options.intra_op_num_threads = threads
+    index = 0 if device in ("auto", "cpu") else _cuda_index(device)
+    want_cuda = device != "cpu" and CUDA in ort.get_available_providers()
+    if device.startswith("cuda") and not want_cuda:
+        raise ValueError(
+            f"device {device!r} asked for, but this ONNX Runtime has no CUDA execution provider "
+            f"(providers: {', '.join(ort.get_available_providers())})"
+        )
+    providers: list[Any] = [(CUDA, {"device_id": index}), CPU] if want_cuda else [CPU]
+    quiet = device == "auto" and want_cuda
+    if quiet:  # an expected failure to load CUDA must not print errors on stderr
+        ort.set_default_logger_severity(4)
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as err:  # onnxruntime raises its own exception types
+        raise ValueError(f"{path}: cannot load the ONNX model: {err}") from None
+    finally:
+        if quiet:
+            ort.set_default_logger_severity(_ORT_DEFAULT_SEVERITY)
+    got_cuda = CUDA in session.get_providers()
+    if want_cuda and not got_cuda:
+        if device != "auto":
+            raise ValueError(
+                f"device {device!r} asked for, but ONNX Runtime could not use CUDA here "
+                f"(no GPU, or CUDA/cuDNN libraries missing)"
+            )
+        logger.info("%s: the CUDA execution provider is not usable here; running on the CPU", path)
+    return session, (f"cuda:{index}" if got_cuda else "cpu")

@@ -1,0 +1,517 @@
+"""Training the parts of a CUE model (:mod:`lm_models.cue.model`), each stage on its own.
+
+Stages (Novotney et al. 2022), each a function below:
+
+- :func:`train_sentence_lm`: the sentence encoder as a plain LM on text without context
+  (section 3.2); it is frozen afterwards.
+- :func:`train_proxy_autoencoder`: the unigram auto-encoder by KL reconstruction (section 4.2.1).
+- :func:`train_cue` with a *mode* that decides which parameters learn (:func:`set_trainable`):
+
+  ==========  ===================================================  ===========================
+  mode        trained                                              CUE vector from
+  ==========  ===================================================  ===========================
+  ``joint``   decoder + context encoder (section 6.2)              the context strings
+  ``proxy``   decoder + proxy projection (section 4.2.2)           noisy unigram code (sigma)
+  ``adapt``   context encoder only (sections 4.1, 4.2.3)           the context strings
+  ``decoder`` decoder only, context encoder frozen (Table 6)       the context strings
+  ==========  ===================================================  ===========================
+
+  The sentence encoder and the string encoder are frozen in every mode (and kept in eval mode,
+  so their features are deterministic); frozen modules get no gradient and no optimiser state.
+
+Data come in as :class:`CUEData`: word ids per sentence and, per sentence, row ids into a table
+of precomputed string vectors (:class:`lm_models.cue.encoders.VectorCache`), so the
+pretrained encoder runs once per distinct string. Optimisation follows section 6.1 of the paper:
+AdamW with a one-cycle learning-rate schedule and gradient clipping; batches hold up to
+``max_tokens`` target tokens of sentences of similar length. After each epoch the dev
+perplexity decides which epoch's weights are kept. All log-likelihoods are natural logs.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from lm_models.cue.model import (
+    CUEModel,
+    SentenceLM,
+    encode_batch,
+    gather_targets,
+    render_context,
+    unigram_distributions,
+)
+from lm_models.vocab import Vocabulary
+from rescorer.core.device import resolve_device
+
+logger = logging.getLogger(__name__)
+
+MODES = ("joint", "proxy", "adapt", "decoder")
+
+
+@dataclass(frozen=True)
+class CUETrainOptions:
+    """Optimisation of one stage."""
+
+    # Passes over the training data (the kept weights are those of the best dev epoch).
+    epochs: int = 2
+    # Target tokens per batch (sentences of similar length are batched together).
+    max_tokens: int = 4096
+    # Peak learning rate of the one-cycle schedule (it starts at lr / 25, the paper's ratio
+    # 0.0001 : 0.004 is 1 : 40).
+    lr: float = 2e-3
+    # AdamW weight decay.
+    weight_decay: float = 0.01
+    # Largest gradient norm (the paper: 0.95).
+    clip: float = 0.95
+    # Proxy noise: standard deviation of the Gaussian added to the unit-length code (eq. 7).
+    sigma: float = 0.5
+    # Seed of the initialisation of new parts, batch order, dropout and proxy noise.
+    seed: int = 0
+    # Stop each epoch after this many batches (None: all); for quick runs and tests.
+    max_steps: int | None = None
+    # "cpu", "cuda" ...
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.max_tokens < 1:
+            raise ValueError(
+                f"epochs and max_tokens must be >= 1, got {self.epochs}, {self.max_tokens}"
+            )
+        if self.lr <= 0 or self.weight_decay < 0 or self.clip <= 0 or self.sigma < 0:
+            raise ValueError("need lr > 0, weight_decay >= 0, clip > 0 and sigma >= 0")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+
+
+@dataclass(frozen=True)
+class CUEData:
+    """Sentences with their context strings, ready for training and evaluation."""
+
+    # Word ids of each sentence (no <s> or </s>).
+    sentences: tuple[np.ndarray, ...]
+    # Per sentence, the rows of ``table`` holding its context strings' vectors (may be empty).
+    contexts: tuple[tuple[int, ...], ...]
+    # (strings, context_dim) float32 vectors of the frozen string encoder.
+    table: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.sentences) != len(self.contexts):
+            raise ValueError(
+                f"{len(self.sentences)} sentences but {len(self.contexts)} context lists"
+            )
+
+    @property
+    def tokens(self) -> int:
+        """Target tokens (words + one </s> per sentence)."""
+        return sum(len(s) + 1 for s in self.sentences)
+
+
+def make_data(
+    vocab: Vocabulary,
+    sentences: Sequence[Sequence[str]],
+    records: Sequence[Mapping[str, Any] | None],
+    context_fields: Sequence[tuple[str, str]],
+    cache: Any,
+) -> CUEData:
+    """:class:`CUEData` of word sentences and context records (strings embedded via ``cache``).
+
+    Only ``context_fields`` are read from each record; the table is the whole cache, so several
+    data sets built with one cache share it.
+    """
+    if len(records) != len(sentences):
+        raise ValueError(f"{len(records)} context records for {len(sentences)} sentences")
+    strings = [render_context(r, context_fields) for r in records]
+    cache.add(s for ss in strings for s in ss)
+    rows = tuple(tuple(cache.index(ss)) for ss in strings)
+    ids = tuple(np.asarray(vocab.encode(s), dtype=np.int64) for s in sentences)
+    return CUEData(ids, rows, cache.table())
+
+
+def with_table(data: CUEData, table: np.ndarray) -> CUEData:
+    """The same data over a newer (grown) vector table."""
+    return CUEData(data.sentences, data.contexts, table)
+
+
+# -- batches --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Tensors of one batch."""
+
+    # (B, T) <s> w1 .. wn, padded.
+    inputs: Tensor
+    # (B, T) w1 .. wn </s>, -1 padded.
+    targets: Tensor
+    # (B, K, context_dim) string vectors and (B, K) presence mask.
+    vectors: Tensor
+    present: Tensor
+
+
+def batch_indices(
+    data: CUEData, max_tokens: int, generator: torch.Generator | None = None
+) -> list[list[int]]:
+    """Sentence indices grouped by length into batches of about ``max_tokens`` target tokens;
+    shuffled batch order when a generator is given."""
+    order = sorted(range(len(data.sentences)), key=lambda i: len(data.sentences[i]))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        width = len(data.sentences[i]) + 1
+        if cur and width * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    if generator is not None:
+        perm = torch.randperm(len(batches), generator=generator).tolist()
+        batches = [batches[p] for p in perm]
+    return batches
+
+
+def make_batch(data: CUEData, idx: Sequence[int], device: torch.device) -> Batch:
+    inputs, targets = encode_batch([data.sentences[i] for i in idx], device)
+    k = max(1, max(len(data.contexts[i]) for i in idx))
+    dim = data.table.shape[1]
+    vecs = np.zeros((len(idx), k, dim), dtype=np.float32)
+    present = np.zeros((len(idx), k), dtype=bool)
+    for row, i in enumerate(idx):
+        ctx = data.contexts[i]
+        if ctx:
+            vecs[row, : len(ctx)] = data.table[list(ctx)]
+            present[row, : len(ctx)] = True
+    return Batch(
+        inputs, targets, torch.from_numpy(vecs).to(device), torch.from_numpy(present).to(device)
+    )
+
+
+# -- which parameters learn -----------------------------------------------------------------------
+
+
+def set_trainable(model: CUEModel, mode: str) -> list[nn.Parameter]:
+    """Freeze everything, unfreeze what ``mode`` trains (module docstring); its parameters."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    parts: list[nn.Module] = []
+    if mode in ("joint", "proxy", "decoder"):
+        parts.append(model.decoder)
+    if mode in ("joint", "adapt"):
+        parts.append(model.context)
+    if mode == "proxy":
+        if model.proxy_proj is None:
+            raise ValueError("proxy training needs a model with a proxy auto-encoder")
+        parts.append(model.proxy_proj)
+    params = [p for part in parts for p in part.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    return params
+
+
+def _train_mode(model: CUEModel, mode: str) -> None:
+    """Dropout on in the modules that learn, off in the frozen ones."""
+    model.eval()
+    if mode in ("joint", "proxy", "decoder"):
+        model.decoder.train()
+    if mode in ("joint", "adapt"):
+        model.context.train()
+
+
+def warm_start_decoder(model: CUEModel) -> None:
+    """Start the decoder as the sentence LM itself: output layer copied from the sentence
+    encoder's softmax, input projection the identity, and every block's residual branches
+    zero, so that before training ln P is close to the sentence LM's (only the decoder's
+    final layer norm differs; a cheap start; the paper trains the decoder from random
+    weights). Needs ``dim`` equal to the sentence encoder's.
+    """
+    dec, se = model.decoder, model.sentence
+    d = model.config.dim
+    if model.config.sentence.dim != d:
+        raise ValueError(
+            f"warm start needs the decoder dim ({d}) equal to the sentence encoder's "
+            f"({model.config.sentence.dim})"
+        )
+    with torch.no_grad():
+        if dec.kind == "concat":
+            dec.out.weight.zero_()
+            dec.out.weight[:, :d].copy_(se.out.weight)
+            dec.out.bias.copy_(se.out.bias)
+            return
+        dec.out.weight.copy_(se.out.weight)
+        dec.out.bias.copy_(se.out.bias)
+        if not model.config.sentence_inputs:
+            return
+        dec.inp.weight.copy_(torch.eye(d))
+        dec.inp.bias.zero_()
+        for block in dec.blocks:
+            for lin in (block.self_att.o, block.ffn[-1]):
+                lin.weight.zero_()
+                lin.bias.zero_()
+            if block.cross_att is not None:
+                # Zero too: its value path still gets gradient, so e_cue is used after a step.
+                block.cross_att.o.weight.zero_()
+                block.cross_att.o.bias.zero_()
+
+
+# -- the loops ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    """One epoch of a stage."""
+
+    epoch: int
+    # Mean training loss over the epoch's tokens (nats per token; KL per sentence for the
+    # proxy auto-encoder).
+    train_loss: float
+    # Dev perplexity after the epoch (dev KL for the proxy auto-encoder).
+    dev: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What one stage achieved."""
+
+    # Best dev value (perplexity; KL for the auto-encoder) and its epoch (0: before training).
+    best_dev: float
+    best_epoch: int
+    # Dev value before any training (the initial weights).
+    initial_dev: float
+    epochs: tuple[EpochLog, ...]
+    # Parameters updated by the stage.
+    trained_parameters: int
+    seconds: float
+
+
+def _fit(
+    model: nn.Module,
+    params: list[nn.Parameter],
+    steps: Callable[[torch.Generator], Iterator[tuple[Tensor, int]]],
+    steps_per_epoch: int,
+    dev: Callable[[], float],
+    opts: CUETrainOptions,
+    set_mode: Callable[[], None],
+    what: str,
+) -> StageResult:
+    """Generic loop: ``steps`` yields (summed loss, count) per batch; keep the best dev epoch."""
+    t_start = time.perf_counter()
+    gen = torch.Generator().manual_seed(opts.seed)
+    torch.manual_seed(opts.seed)
+    optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
+    total = max(1, steps_per_epoch * opts.epochs)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=opts.lr, total_steps=total + 1, pct_start=0.1
+    )
+    initial = dev()
+    best, best_epoch = initial, 0
+    best_state = copy.deepcopy(model.state_dict())
+    logs = []
+    for epoch in range(1, opts.epochs + 1):
+        set_mode()
+        t0, loss_sum, count = time.perf_counter(), 0.0, 0
+        for n, (loss, k) in enumerate(steps(gen)):
+            if opts.max_steps is not None and n >= opts.max_steps:
+                break
+            optimizer.zero_grad(set_to_none=True)
+            (loss / max(k, 1)).backward()
+            torch.nn.utils.clip_grad_norm_(params, opts.clip)
+            optimizer.step()
+            schedule.step()
+            loss_sum += float(loss.detach())
+            count += k
+        value = dev()
+        logs.append(EpochLog(epoch, loss_sum / max(count, 1), value, time.perf_counter() - t0))
+        logger.info("%s epoch %d: train %.4f, dev %.3f", what, epoch, logs[-1].train_loss, value)
+        if value < best:
+            best, best_epoch = value, epoch
+            best_state = copy.deepcopy(model.state_dict())
+    model.load_state_dict(best_state)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return StageResult(
+        best,
+        best_epoch,
+        initial,
+        tuple(logs),
+        sum(p.numel() for p in params),
+        time.perf_counter() - t_start,
+    )
+
+
+def _batches_in_epoch(n_batches: int, opts: CUETrainOptions) -> int:
+    return n_batches if opts.max_steps is None else min(n_batches, opts.max_steps)
+
+
+@torch.no_grad()
+def sentence_lm_perplexity(model: SentenceLM, data: CUEData, max_tokens: int = 8192) -> float:
+    """Perplexity of the sentence LM alone (every token, </s> included; <unk> as a word)."""
+    model.eval()
+    device = next(model.parameters()).device
+    nll, n = 0.0, 0
+    for idx in batch_indices(data, max_tokens):
+        inputs, targets = encode_batch([data.sentences[i] for i in idx], device)
+        nll -= float(gather_targets(model(inputs), targets).sum())
+        n += int((targets >= 0).sum())
+    return math.exp(nll / max(n, 1))
+
+
+def train_sentence_lm(
+    model: SentenceLM, train: CUEData, dev: CUEData, opts: CUETrainOptions
+) -> StageResult:
+    """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored)."""
+    device = resolve_device(opts.device)
+    model.to(device)
+    params = list(model.parameters())
+    for p in params:
+        p.requires_grad_(True)
+
+    def steps(gen: torch.Generator) -> Iterator[tuple[Tensor, int]]:
+        for idx in batch_indices(train, opts.max_tokens, gen):
+            inputs, targets = encode_batch([train.sentences[i] for i in idx], device)
+            yield -gather_targets(model(inputs), targets).sum(), int((targets >= 0).sum())
+
+    n = _batches_in_epoch(len(batch_indices(train, opts.max_tokens)), opts)
+    return _fit(
+        model,
+        params,
+        steps,
+        n,
+        lambda: sentence_lm_perplexity(model, dev),
+        opts,
+        model.train,
+        "sentence LM",
+    )
+
+
+def _unigram_batches(
+    data: CUEData, max_tokens: int, device: torch.device, gen: torch.Generator | None
+) -> Iterator[Tensor]:
+    for idx in batch_indices(data, max_tokens, gen):
+        yield encode_batch([data.sentences[i] for i in idx], device)[1]
+
+
+@torch.no_grad()
+def proxy_kl(model: CUEModel, data: CUEData, max_tokens: int = 8192) -> float:
+    """Mean KL(P~ || F(P~)) per sentence (nats) of the proxy auto-encoder on ``data``."""
+    if model.proxy is None:
+        raise ValueError("the model has no proxy auto-encoder")
+    model.eval()
+    device = next(model.parameters()).device
+    total = 0.0
+    for targets in _unigram_batches(data, max_tokens, device, None):
+        p = unigram_distributions(targets, model.config.vocab_size)
+        total += float(model.proxy.kl(p, model.proxy(p)).sum())
+    return total / max(len(data.sentences), 1)
+
+
+def train_proxy_autoencoder(
+    model: CUEModel, train: CUEData, dev: CUEData, opts: CUETrainOptions
+) -> StageResult:
+    """Section 4.2.1: fit the unigram auto-encoder by KL reconstruction (only it learns)."""
+    if model.proxy is None:
+        raise ValueError("the model has no proxy auto-encoder (proxy_dim = 0)")
+    proxy = model.proxy
+    device = resolve_device(opts.device)
+    model.to(device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    params = list(proxy.parameters())
+    for p in params:
+        p.requires_grad_(True)
+
+    def steps(gen: torch.Generator) -> Iterator[tuple[Tensor, int]]:
+        for targets in _unigram_batches(train, opts.max_tokens, device, gen):
+            p = unigram_distributions(targets, model.config.vocab_size)
+            yield proxy.kl(p, proxy(p)).sum(), len(p)
+
+    n = _batches_in_epoch(len(batch_indices(train, opts.max_tokens)), opts)
+    return _fit(
+        model, params, steps, n, lambda: proxy_kl(model, dev), opts, proxy.train, "proxy AE"
+    )
+
+
+def batch_cue(
+    model: CUEModel, batch: Batch, source: str, sigma: float, gen: torch.Generator | None
+) -> Tensor:
+    """e_cue of a batch: from the context strings (``context``) or the proxy (``proxy``)."""
+    if source == "proxy":
+        return model.proxy_cue(batch.targets, sigma, gen)
+    if source == "context":
+        return model.cue(batch.vectors, batch.present)
+    raise ValueError(f"cue source must be 'context' or 'proxy', got {source!r}")
+
+
+@torch.no_grad()
+def cue_perplexity(
+    model: CUEModel,
+    data: CUEData,
+    source: str = "context",
+    sigma: float = 0.0,
+    seed: int = 0,
+    max_tokens: int = 8192,
+) -> float:
+    """Perplexity of the CUE model on ``data`` (every token, </s> included; natural logs).
+
+    ``source="proxy"`` scores with the proxy of each sentence's own words (the paper's
+    "cheating" row), noise from a generator seeded with ``seed``.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    nll, n = 0.0, 0
+    for idx in batch_indices(data, max_tokens):
+        batch = make_batch(data, idx, device)
+        cue = batch_cue(model, batch, source, sigma, gen)
+        nll -= float(gather_targets(model(batch.inputs, cue), batch.targets).sum())
+        n += int((batch.targets >= 0).sum())
+    return math.exp(nll / max(n, 1))
+
+
+def train_cue(
+    model: CUEModel, train: CUEData, dev: CUEData, mode: str, opts: CUETrainOptions
+) -> StageResult:
+    """Train the parts ``mode`` names (module docstring); the best dev epoch is kept.
+
+    Dev perplexity uses the same CUE source as training (the proxy with noise for ``proxy``).
+    """
+    device = resolve_device(opts.device)
+    model.to(device)
+    params = set_trainable(model, mode)
+    source = "proxy" if mode == "proxy" else "context"
+    if source == "context" and train.table.shape[1] != model.config.context_dim:
+        raise ValueError(
+            f"string vectors have {train.table.shape[1]} dims, the model takes "
+            f"{model.config.context_dim}"
+        )
+
+    def steps(gen: torch.Generator) -> Iterator[tuple[Tensor, int]]:
+        for idx in batch_indices(train, opts.max_tokens, gen):
+            batch = make_batch(train, idx, device)
+            cue = batch_cue(model, batch, source, opts.sigma, gen)
+            lp = gather_targets(model(batch.inputs, cue), batch.targets)
+            yield -lp.sum(), int((batch.targets >= 0).sum())
+
+    n = _batches_in_epoch(len(batch_indices(train, opts.max_tokens)), opts)
+    return _fit(
+        model,
+        params,
+        steps,
+        n,
+        lambda: cue_perplexity(model, dev, source, opts.sigma, opts.seed),
+        opts,
+        lambda: _train_mode(model, mode),
+        f"CUE {mode}",
+    )

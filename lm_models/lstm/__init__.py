@@ -1,0 +1,13 @@
+"""The FactorCell family (Jaech & Ostendorf 2018): Unadapted, SoftmaxBias, ConcatCell and FactorCell
+LSTMs over words with context variables.
+
+* :mod:`~lm_models.lstm.model` -- :class:`~lm_models.lstm.model.ContextLSTM` and its config.
+* :mod:`~lm_models.lstm.context` -- context variables (categorical, numerical) and their embeddings.
+* :mod:`~lm_models.lstm.train` -- the family's training (``rescorer train``).
+* :mod:`~lm_models.lstm.evaluate` -- perplexity and context classification.
+* :mod:`~lm_models.lstm.inspect` -- how strongly each context value adapts the model.
+
+Importing the package registers its checkpoint types (:mod:`lm_models.checkpoint`).
+"""
+
+from lm_models.lstm import model  # noqa: F401  (registers the checkpoint types)

@@ -1,0 +1,452 @@
+"""Context variables and the context embedding of Jaech & Ostendorf (2018), section 2.1.
+
+A *context* is a record of named fields, e.g. ``{"genre": "news", "geo": (47.6, -122.3)}``. A
+model declares its fields as :class:`ContextVariable` objects: categorical ones (a closed set of
+value names) and numerical ones (a fixed number of floats). :class:`ContextEncoder` turns a batch
+of such records into the context embedding ``c in R^k``:
+
+    x = [emb_1(f_1), ..., emb_n(f_n)]      categorical values embedded, numerical used as given
+    c = ReLU(P x + p)                      one feed-forward layer with a ReLU (section 2.1)
+
+Missing values (the paper's conclusion: "use the expected value for the missing variable(s)"):
+
+* A missing *categorical* variable j gives the expected context embedding over that variable's
+  training distribution, the other variables as given::
+
+      c = sum_v p_j(v) * ReLU(P [.., emb_j(v), ..] + p),     p_j(v) = counts_j[v] / sum(counts_j)
+
+  i.e. the expectation is taken of ``c`` itself (after the ReLU), by enumerating the values. When
+  several categorical variables are missing in the same record they are treated as independent
+  and the expectation runs over every combination of their values, with weight
+  ``prod_j p_j(v_j)`` (values with a zero count are skipped).
+* A missing *numerical* variable (a NaN component) is replaced by its training mean before the
+  feed-forward layer (``c`` at the expected input; the training distribution of numbers is not
+  stored, so the expectation of ``c`` cannot be enumerated). Each NaN component is replaced by the
+  matching component of the mean.
+
+The downstream adaptation (FactorCell ``A``, ConcatCell ``Vc``, softmax bias ``Qc``) is then
+computed from that expected ``c``; see :mod:`lm_models.lstm.model`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("categorical", "numerical")
+MISSING_ID = -1  # value id of a missing categorical value in an encoded batch
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
+# Elements of the (rows x combinations x k) tensor built at once when enumerating missing values.
+_ENUM_CHUNK_ELEMENTS = 1 << 22
+
+ContextBatch = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class ContextVariable:
+    """One named context field, as a checkpoint declares it.
+
+    Build one with :meth:`categorical` or :meth:`numerical`, or directly with keyword arguments.
+    """
+
+    name: str  # field name in context records; letters, digits, "_" and "-"
+    kind: str  # "categorical" | "numerical"
+    values: tuple[str, ...] = ()  # categorical: the value set, in id order
+    counts: tuple[int, ...] = ()  # categorical: training frequency of each value; () = uniform
+    embed_dim: int = 0  # categorical: size of the value embedding
+    dim: int = 0  # numerical: how many numbers (e.g. 2 for latitude/longitude)
+    mean: tuple[float, ...] = ()  # numerical: training mean of each number; () = zeros
+    one_hot_bias: bool = False  # categorical: learn a direct softmax bias per value (sec. 2.3)
+
+    def __post_init__(self) -> None:
+        def bad(what: str) -> ValueError:
+            return ValueError(f"context variable {self.name!r}: {what}")
+
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"context variable name must be letters, digits, '_' or '-' (got {self.name!r})"
+            )
+        if self.kind not in KINDS:
+            raise bad(f"kind must be one of {KINDS}, got {self.kind!r}")
+        # Normalise sequences (JSON gives lists) to tuples of the declared element types.
+        object.__setattr__(self, "values", tuple(self.values))
+        object.__setattr__(self, "counts", tuple(self.counts))
+        object.__setattr__(self, "mean", tuple(float(x) for x in self.mean))
+        if self.kind == "categorical":
+            if not self.values:
+                raise bad("a categorical variable needs at least one value")
+            if not all(isinstance(v, str) and v for v in self.values):
+                raise bad(f"values must be non-empty strings, got {self.values!r}")
+            if len(set(self.values)) != len(self.values):
+                dup = sorted({v for v in self.values if self.values.count(v) > 1})
+                raise bad(f"values must be distinct, repeated: {dup}")
+            if self.counts:
+                if len(self.counts) != len(self.values):
+                    raise bad(
+                        f"expected one count per value ({len(self.values)}), got {len(self.counts)}"
+                    )
+                if not all(isinstance(c, int) and not isinstance(c, bool) for c in self.counts):
+                    raise bad(f"counts must be integers, got {self.counts!r}")
+                if any(c < 0 for c in self.counts) or sum(self.counts) <= 0:
+                    raise bad("counts must be >= 0 with a positive total")
+            if not isinstance(self.embed_dim, int) or self.embed_dim < 1:
+                raise bad(f"embed_dim must be a positive integer, got {self.embed_dim!r}")
+            if self.dim != 0 or self.mean:
+                raise bad("dim and mean are for numerical variables only")
+        else:
+            if not isinstance(self.dim, int) or self.dim < 1:
+                raise bad(f"dim must be a positive integer, got {self.dim!r}")
+            if not self.mean:
+                object.__setattr__(self, "mean", (0.0,) * self.dim)
+            if len(self.mean) != self.dim:
+                raise bad(f"expected {self.dim} mean values, got {len(self.mean)}")
+            if not all(math.isfinite(x) for x in self.mean):
+                raise bad(f"mean must be finite, got {self.mean!r}")
+            if self.values or self.counts or self.embed_dim or self.one_hot_bias:
+                raise bad("values, counts, embed_dim and one_hot_bias are for categorical only")
+
+    @classmethod
+    def categorical(
+        cls,
+        name: str,
+        values: Sequence[str],
+        counts: Sequence[int] | None = None,
+        *,
+        embed_dim: int,
+        one_hot_bias: bool = False,
+    ) -> ContextVariable:
+        return cls(
+            name=name,
+            kind="categorical",
+            values=tuple(values),
+            counts=tuple(counts or ()),
+            embed_dim=embed_dim,
+            one_hot_bias=one_hot_bias,
+        )
+
+    @classmethod
+    def numerical(
+        cls, name: str, dim: int = 1, mean: Sequence[float] | None = None
+    ) -> ContextVariable:
+        return cls(name=name, kind="numerical", dim=dim, mean=tuple(mean or ()))
+
+    @property
+    def input_dim(self) -> int:
+        """Width of this variable's block in the concatenated encoder input."""
+        return self.embed_dim if self.kind == "categorical" else self.dim
+
+    @property
+    def probabilities(self) -> tuple[float, ...]:
+        """Training distribution over values: counts normalised, or uniform without counts."""
+        if self.kind != "categorical":
+            raise ValueError(f"context variable {self.name!r} is numerical: no value distribution")
+        if not self.counts:
+            return (1.0 / len(self.values),) * len(self.values)
+        total = sum(self.counts)
+        return tuple(c / total for c in self.counts)
+
+    def value_id(self, value: object) -> int:
+        """Id of a categorical value; ValueError naming the variable and its values if unknown."""
+        key = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        ids = _value_index(self.values)
+        if not isinstance(key, str) or key not in ids:
+            shown = ", ".join(repr(v) for v in self.values[:20])
+            more = f", ... ({len(self.values)} in all)" if len(self.values) > 20 else ""
+            raise ValueError(
+                f"context variable {self.name!r}: unknown value {value!r}; "
+                f"known values: {shown}{more}"
+            )
+        return ids[key]
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.kind == "categorical":
+            out.update(
+                values=list(self.values),
+                counts=list(self.counts),
+                embed_dim=self.embed_dim,
+                one_hot_bias=self.one_hot_bias,
+            )
+        else:
+            out.update(dim=self.dim, mean=list(self.mean))
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ContextVariable:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a context variable must be a JSON object, got {type(data).__name__}")
+        allowed = {"name", "kind", "values", "counts", "embed_dim", "dim", "mean", "one_hot_bias"}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ValueError(
+                f"context variable: unknown fields {unknown}; expected {sorted(allowed)}"
+            )
+        for key in ("name", "kind"):
+            if key not in data:
+                raise ValueError(f"context variable: missing field {key!r}")
+        return cls(**dict(data))
+
+
+@lru_cache(maxsize=1024)
+def _value_index(values: tuple[str, ...]) -> dict[str, int]:
+    """Value name -> id of a categorical value set (cached per value tuple)."""
+    return {v: i for i, v in enumerate(values)}
+
+
+def encode_records(
+    variables: Sequence[ContextVariable],
+    records: Sequence[Mapping[str, object] | None],
+    *,
+    ignore_unknown_fields: bool = False,
+) -> ContextBatch:
+    """Turn context records into the tensor batch that :class:`ContextEncoder` reads.
+
+    Returns ``{name: LongTensor (N,)}`` for categorical variables (``-1`` = missing) and
+    ``{name: FloatTensor (N, dim)}`` for numerical ones (``NaN`` = missing). A record that is
+    ``None``, a field that is absent, ``None`` or ``""`` is missing. Categorical values are value
+    names (ints are accepted as their decimal string); numerical values are a number or a
+    sequence of ``dim`` numbers (strings are parsed). An unknown value raises ValueError naming
+    the variable and its known values; so does a field the model does not know, unless
+    ``ignore_unknown_fields``.
+    """
+    known = {v.name for v in variables}
+    n = len(records)
+    batch: ContextBatch = {}
+    for var in variables:
+        if var.kind == "categorical":
+            batch[var.name] = torch.full((n,), MISSING_ID, dtype=torch.long)
+        else:
+            batch[var.name] = torch.full((n, var.dim), float("nan"), dtype=torch.float32)
+    for row, record in enumerate(records):
+        if record is None:
+            continue
+        if not isinstance(record, Mapping):
+            raise ValueError(
+                f"context record {row}: expected a mapping of field -> value or None, "
+                f"got {type(record).__name__}"
+            )
+        if not ignore_unknown_fields:
+            unknown = sorted(str(k) for k in record if k not in known)
+            if unknown:
+                raise ValueError(
+                    f"context record {row}: unknown fields {unknown}; "
+                    f"the model's context variables are {sorted(known)}"
+                )
+        for var in variables:
+            value = record.get(var.name)
+            if value is None or (isinstance(value, str) and value == ""):
+                continue
+            if var.kind == "categorical":
+                batch[var.name][row] = var.value_id(value)
+            else:
+                batch[var.name][row] = torch.tensor(_numbers(var, value), dtype=torch.float32)
+    return batch
+
+
+def _numbers(var: ContextVariable, value: object) -> list[float]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) != var.dim:
+        raise ValueError(
+            f"context variable {var.name!r}: expected {var.dim} number(s), got {value!r}"
+        )
+    out = []
+    for item in items:
+        if item is None or item == "":
+            out.append(float("nan"))
+            continue
+        try:
+            out.append(float(item))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"context variable {var.name!r}: expected a number, got {item!r}"
+            ) from None
+    return out
+
+
+class ContextEncoder(nn.Module):
+    """Context variables -> context embedding ``c in R^k`` (section 2.1), missing values handled.
+
+    Parameters: one embedding table per categorical variable (``embeddings.<i>``, in the order the
+    categorical variables are declared) and the feed-forward layer ``proj`` (k x sum of block
+    widths).
+    """
+
+    def __init__(self, variables: Sequence[ContextVariable], context_dim: int) -> None:
+        super().__init__()
+        if not variables:
+            raise ValueError("a context encoder needs at least one context variable")
+        names = [v.name for v in variables]
+        if len(set(names)) != len(names):
+            raise ValueError(f"context variable names must be distinct, got {names}")
+        if context_dim < 1:
+            raise ValueError(f"context_dim must be positive, got {context_dim}")
+        self.variables: tuple[ContextVariable, ...] = tuple(variables)
+        self.context_dim = context_dim
+        cats = [v for v in self.variables if v.kind == "categorical"]
+        self.embeddings = nn.ModuleList(nn.Embedding(len(v.values), v.embed_dim) for v in cats)
+        self._cat_index = {v.name: i for i, v in enumerate(cats)}
+        self.input_dim = sum(v.input_dim for v in self.variables)
+        self.proj = nn.Linear(self.input_dim, context_dim)
+        # Column slice of proj.weight that each variable's block multiplies.
+        offsets, start = {}, 0
+        for v in self.variables:
+            offsets[v.name] = (start, start + v.input_dim)
+            start += v.input_dim
+        self._offsets = offsets
+        for v in self.variables:
+            if v.kind == "numerical":
+                self.register_buffer(f"_mean_{v.name}", torch.tensor(v.mean), persistent=False)
+        with torch.no_grad():
+            for emb in self.embeddings:
+                nn.init.normal_(emb.weight, std=1.0)
+
+    def encode_records(
+        self,
+        records: Sequence[Mapping[str, object] | None],
+        *,
+        ignore_unknown_fields: bool = False,
+    ) -> ContextBatch:
+        """See the module-level :func:`encode_records`."""
+        return encode_records(self.variables, records, ignore_unknown_fields=ignore_unknown_fields)
+
+    def batch_size(self, batch: Mapping[str, Tensor] | None, default: int | None = None) -> int:
+        """Rows in an encoded batch (``default`` when it is None or empty)."""
+        if batch:
+            known = {v.name for v in self.variables}
+            unknown = sorted(set(batch) - known)
+            if unknown:
+                raise ValueError(
+                    f"context batch: unknown variables {unknown}; expected some of {sorted(known)}"
+                )
+            sizes = {int(t.shape[0]) for t in batch.values()}
+            if len(sizes) != 1:
+                raise ValueError(f"context batch: variables have different row counts {sizes}")
+            return sizes.pop()
+        if default is None:
+            raise ValueError("context batch is empty and no batch size was given")
+        return default
+
+    def forward(self, batch: Mapping[str, Tensor] | None, batch_size: int | None = None) -> Tensor:
+        """Encoded batch (see :func:`encode_records`) -> c, shape (N, k).
+
+        A variable absent from ``batch`` (or ``batch`` None) is missing in every row.
+        """
+        batch = dict(batch or {})
+        n = self.batch_size(batch, batch_size)
+        weight = self.proj.weight  # (k, D)
+        device, dtype = weight.device, weight.dtype
+        blocks: list[Tensor] = []
+        missing: list[Tensor] = []  # per categorical variable, (N,) bool
+        for var in self.variables:
+            value = batch.get(var.name)
+            if var.kind == "categorical":
+                ids = self._check_ids(var, value, n, device)  # (N,)
+                miss = ids < 0
+                emb = self.embeddings[self._cat_index[var.name]](ids.clamp(min=0))  # (N, e_j)
+                # A missing value leaves its block at zero; its expectation is added below.
+                blocks.append(emb * (~miss).unsqueeze(1).to(dtype))
+                missing.append(miss)
+            else:
+                x = self._check_numbers(var, value, n, device, dtype)  # (N, dim)
+                mean = getattr(self, f"_mean_{var.name}").to(dtype)  # (dim,)
+                blocks.append(torch.where(torch.isnan(x), mean.expand_as(x), x))
+        pre = self.proj(torch.cat(blocks, dim=1))  # (N, k), missing categorical blocks = 0
+        c = F.relu(pre)
+        if not missing:
+            return c
+        miss = torch.stack(missing, dim=1)  # (N, n_cat)
+        if not bool(miss.any()):
+            return c
+        patterns, inverse = torch.unique(miss, dim=0, return_inverse=True)
+        cats = [v for v in self.variables if v.kind == "categorical"]
+        for p, pattern in enumerate(patterns):
+            if not bool(pattern.any()):
+                continue
+            rows = (inverse == p).nonzero(as_tuple=True)[0]  # (R,)
+            absent = [cats[j] for j in pattern.nonzero(as_tuple=True)[0].tolist()]
+            c = c.index_copy(0, rows, self._expected(pre.index_select(0, rows), absent))
+        return c
+
+    def _expected(self, pre: Tensor, absent: Sequence[ContextVariable]) -> Tensor:
+        """E[ReLU(pre + sum_j P_j emb_j(v_j))] over the absent variables' training values.
+
+        pre: (R, k) pre-activation without the absent blocks; returns (R, k).
+        """
+        contribs, probs = [], []
+        for var in absent:
+            lo, hi = self._offsets[var.name]
+            table = self.embeddings[self._cat_index[var.name]].weight  # (n_j, e_j)
+            p = torch.tensor(var.probabilities, dtype=pre.dtype, device=pre.device)  # (n_j,)
+            keep = (p > 0).nonzero(as_tuple=True)[0]
+            # Each value's contribution to the pre-activation: P[:, lo:hi] emb_j(v).
+            contribs.append(table[keep] @ self.proj.weight[:, lo:hi].T)  # (n_j', k)
+            probs.append(p[keep])
+        sizes = [int(t.shape[0]) for t in probs]
+        total = math.prod(sizes)
+        if total > 100_000:
+            logger.debug("expected context embedding: enumerating %d value combinations", total)
+        r, k = pre.shape
+        chunk = max(1, _ENUM_CHUNK_ELEMENTS // max(1, r * k))
+        out = pre.new_zeros(r, k)
+        for start in range(0, total, chunk):
+            flat = torch.arange(start, min(total, start + chunk), device=pre.device)  # (C,)
+            z = pre.new_zeros(flat.shape[0], k)  # (C, k) summed contributions of a combination
+            w = pre.new_ones(flat.shape[0])  # (C,) probability of a combination
+            rest = flat
+            for contrib, prob, size in zip(
+                reversed(contribs), reversed(probs), reversed(sizes), strict=True
+            ):
+                idx = rest % size
+                rest = rest // size
+                z = z + contrib[idx]
+                w = w * prob[idx]
+            act = F.relu(pre.unsqueeze(1) + z.unsqueeze(0))  # (R, C, k)
+            out = out + torch.einsum("c,rck->rk", w, act)
+        return out
+
+    @staticmethod
+    def _check_ids(var: ContextVariable, value: Tensor | None, n: int, device: Any) -> Tensor:
+        if value is None:
+            return torch.full((n,), MISSING_ID, dtype=torch.long, device=device)
+        if not isinstance(value, Tensor) or value.dtype not in (torch.long, torch.int32):
+            raise ValueError(
+                f"context variable {var.name!r}: expected a LongTensor of value ids, got "
+                f"{getattr(value, 'dtype', type(value).__name__)}"
+            )
+        if value.shape != (n,):
+            raise ValueError(
+                f"context variable {var.name!r}: expected shape ({n},), got {tuple(value.shape)}"
+            )
+        if n and (int(value.min()) < MISSING_ID or int(value.max()) >= len(var.values)):
+            raise ValueError(
+                f"context variable {var.name!r}: value ids must be in [-1, {len(var.values)})"
+            )
+        return value.to(device=device, dtype=torch.long)
+
+    @staticmethod
+    def _check_numbers(
+        var: ContextVariable, value: Tensor | None, n: int, device: Any, dtype: torch.dtype
+    ) -> Tensor:
+        if value is None:
+            return torch.full((n, var.dim), float("nan"), dtype=dtype, device=device)
+        if not isinstance(value, Tensor) or not value.is_floating_point():
+            raise ValueError(f"context variable {var.name!r}: expected a float tensor")
+        if value.dim() == 1 and var.dim == 1:
+            value = value.unsqueeze(1)
+        if value.shape != (n, var.dim):
+            raise ValueError(
+                f"context variable {var.name!r}: expected shape ({n}, {var.dim}), "
+                f"got {tuple(value.shape)}"
+            )
+        return value.to(device=device, dtype=dtype)

@@ -1,0 +1,684 @@
+"""Training context-aware LSTM language models from a JSON config.
+
+    python -m lm_models.lstm.train CONFIG.json [--data-dir DIR] [--out DIR] [--no-resume]
+    torchrun --nproc_per_node 2 -m lm_models.lstm.train CONFIG.json      # data-parallel (DDP)
+
+Documents are read and split by document (stratified by a field), the vocabulary and the
+context variables are built from the training split, and the model is trained with Adam on the
+full softmax or, for large vocabularies, a sampled softmax with a unigram proposal (training only;
+dev perplexity always uses the full softmax). Each epoch ends with the dev perplexity; the best
+checkpoint is kept in ``OUT/best`` and the latest, with optimizer and trainer state, in
+``OUT/last``, from which a re-run resumes. CUDA is used when available (bf16 autocast), else the
+CPU. Under ``torchrun`` every process trains on its share of the batches and DDP averages the
+gradients (NCCL on GPUs, gloo on CPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar, get_type_hints
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from tqdm import tqdm
+
+from lm_models.batching import Batch, Example, bucket_batches, collate
+from lm_models.checkpoint import load_checkpoint, save_checkpoint
+from lm_models.corpora import (
+    Document,
+    read_agnews,
+    read_brown,
+    read_dbpedia,
+    read_jsonl,
+    read_plain,
+    split_documents,
+)
+from lm_models.lstm.context import ContextVariable
+from lm_models.lstm.model import ContextLSTM, LSTMConfig
+from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
+from lm_models.vocab import Vocabulary, build_vocabulary
+from rescorer.core.device import resolve_device
+
+logger = logging.getLogger(__name__)
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which documents to train on and how to split them."""
+
+    # Corpus reader, a key of CORPUS_READERS ("brown", "agnews", "dbpedia", "plain", "jsonl").
+    corpus: str
+    # Path of the corpus, relative to the data folder unless absolute.
+    path: str
+    # Document fields used as categorical context variables (e.g. ["genre"]); [] for none.
+    context_fields: tuple[str, ...] = ()
+    # Field to stratify the document split by (None: plain random split).
+    stratify_by: str | None = None
+    # Train/dev/test fractions of the documents, and the split's seed.
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    split_seed: int = 0
+    # Sentences are truncated to this many words (the paper: 60 for AG News and DBpedia).
+    max_len: int | None = 60
+    # Vocabulary: at most this many types (specials included), each seen >= min_count times.
+    vocab_size: int | None = 10000
+    min_count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.corpus not in CORPUS_READERS:
+            raise ValueError(f"corpus must be one of {sorted(CORPUS_READERS)}, got {self.corpus!r}")
+        object.__setattr__(self, "context_fields", tuple(self.context_fields))
+        object.__setattr__(self, "split", tuple(self.split))
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Architecture; the vocabulary size and context value sets come from the data."""
+
+    # "unadapted", "softmax_bias", "concat" or "factor" (Jaech & Ostendorf 2018, section 2).
+    mode: str = "factor"
+    # Word embedding size e, LSTM size d, layers.
+    embed_dim: int = 128
+    hidden_dim: int = 256
+    num_layers: int = 1
+    # Context embedding size k, FactorCell rank r, embedding size of each categorical variable.
+    context_dim: int = 16
+    rank: int = 8
+    context_embed_dim: int = 16
+    # Direct per-value softmax biases for the context variables (section 2.3, low cardinality).
+    one_hot_bias: bool = True
+    layer_norm: bool = False
+    # Recurrent dropout on the candidate (Semeniuta et al. 2016).
+    dropout: float = 0.1
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Optimisation settings."""
+
+    epochs: int = 10
+    # Padded tokens per batch (sentences are bucketed by length).
+    batch_tokens: int = 4096
+    lr: float = 1e-3
+    # Stop after this many epochs without a better dev perplexity.
+    patience: int = 2
+    seed: int = 0
+    # "auto" (CUDA when available), "cpu", "cuda", "cuda:1", ...
+    device: str = "auto"
+    # bf16 autocast on CUDA.
+    amp: bool = True
+    # Negative samples per batch for the sampled softmax; 0: full softmax.
+    sampled_softmax: int = 0
+    grad_clip: float = 5.0
+    # Stop an epoch after this many optimizer steps (None: the whole epoch); for smoke tests.
+    max_steps_per_epoch: int | None = None
+
+
+def options_from_json(kind: type, values: Mapping[str, Any] | None, what: str) -> Any:
+    """The options dataclass ``kind`` from a JSON object; unknown keys are a ValueError."""
+    values = dict(values or {})
+    known = {f.name for f in fields(kind)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown {what} option(s) {unknown}; expected some of {sorted(known)}")
+    return kind(**values)
+
+
+class BestKeeper:
+    """Early stopping for the in-memory trainers (FNLM, LBL): keep the best weights by dev
+    perplexity; after ``patience`` epochs without improvement stop, and after each epoch that
+    did not improve multiply the learning rate by ``lr_decay``."""
+
+    def __init__(self, model: nn.Module, patience: int, lr_decay: float) -> None:
+        self.model = model
+        self.patience = patience
+        self.lr_decay = lr_decay
+        self.best_ppl = math.inf
+        self.best_epoch = 0
+        self._bad = 0
+        self._state = copy.deepcopy(model.state_dict())
+
+    def update(self, epoch: int, dev_ppl: float, optimizer: torch.optim.Optimizer) -> bool:
+        """Record ``epoch``'s dev perplexity; True when training should stop."""
+        if dev_ppl < self.best_ppl:
+            self.best_ppl, self.best_epoch, self._bad = dev_ppl, epoch, 0
+            self._state = copy.deepcopy(self.model.state_dict())
+            return False
+        self._bad += 1
+        if self._bad >= self.patience:
+            return True
+        for group in optimizer.param_groups:
+            group["lr"] *= self.lr_decay
+        return False
+
+    def restore(self) -> None:
+        """Load the best weights back into the model (eval mode)."""
+        self.model.load_state_dict(self._state)
+        self.model.eval()
+
+
+_Config = TypeVar("_Config", bound="SectionedConfig")
+
+
+class SectionedConfig:
+    """A training config of three JSON sections, ``data`` (required), ``model`` and ``train``.
+
+    Mixed into frozen dataclasses whose fields ``data``, ``model``, ``train`` are option
+    dataclasses; each section is built with :func:`options_from_json` (unknown keys are errors).
+    Subclasses check what spans sections in :meth:`validate`.
+    """
+
+    @classmethod
+    def from_json(cls: type[_Config], data: Any) -> _Config:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+        unknown = sorted(set(data) - {"data", "model", "train"})
+        if unknown:
+            raise ValueError(f"unknown config section(s) {unknown}; expected data, model, train")
+        if "data" not in data:
+            raise ValueError('config needs a "data" section')
+        kinds = get_type_hints(cls)
+        sections = {
+            f.name: options_from_json(kinds[f.name], data.get(f.name), f.name)
+            for f in fields(cls)  # type: ignore[arg-type]
+        }
+        cfg = cls(**sections)
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Checks across sections (ValueError); none by default."""
+
+    @classmethod
+    def load(cls: type[_Config], path: str | Path) -> _Config:
+        try:
+            raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: cannot read the training config ({err})") from None
+        try:
+            return cls.from_json(raw)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: {err}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: asdict(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TrainConfig(SectionedConfig):
+    """A whole training run."""
+
+    data: DataConfig
+    model: ModelOptions = field(default_factory=ModelOptions)
+    train: TrainOptions = field(default_factory=TrainOptions)
+
+
+CORPUS_READERS: dict[str, Callable[[Path, DataConfig], list[Document]]] = {
+    "brown": lambda p, c: read_brown(p),
+    "agnews": lambda p, c: read_agnews(p, max_len=c.max_len),
+    "dbpedia": lambda p, c: read_dbpedia(p, max_len=c.max_len),
+    "plain": lambda p, c: read_plain(p),
+    "jsonl": lambda p, c: read_jsonl(p, max_len=c.max_len),
+}
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Everything derived from the corpus before training."""
+
+    vocab: Vocabulary
+    context_vars: tuple[ContextVariable, ...]
+    train: tuple[Example, ...]
+    dev: tuple[Example, ...]
+    # Document ids of each split (written beside the checkpoints for later evaluation).
+    split_ids: Mapping[str, tuple[str, ...]]
+
+
+def context_record(doc: Document, variables: Sequence[ContextVariable]) -> dict[str, Any] | None:
+    """The document's context; a value unseen in training is missing (expected embedding)."""
+    if not variables:
+        return None
+    return {
+        v.name: (doc.fields.get(v.name) if doc.fields.get(v.name) in v.values else None)
+        for v in variables
+    }
+
+
+def examples_of(
+    docs: Sequence[Document], vocab: Vocabulary, variables: Sequence[ContextVariable]
+) -> list[Example]:
+    out = []
+    for doc in docs:
+        record = context_record(doc, variables)
+        for sentence in doc.sentences:
+            inputs, targets = vocab.encode_sentence(sentence)
+            out.append(Example(tuple(inputs), tuple(targets), record))
+    return out
+
+
+def prepare_data(cfg: TrainConfig, data_dir: Path) -> PreparedData:
+    dc = cfg.data
+    path = Path(dc.path) if Path(dc.path).is_absolute() else data_dir / dc.path
+    docs = CORPUS_READERS[dc.corpus](path, dc)
+    if not docs:
+        raise ValueError(f"{path}: no documents")
+    if dc.max_len is not None:  # every reader: sentences longer than max_len are cut
+        docs = [
+            d
+            if all(len(x) <= dc.max_len for x in d.sentences)
+            else replace(d, sentences=tuple(tuple(x[: dc.max_len]) for x in d.sentences))
+            for d in docs
+        ]
+    train, dev, test = split_documents(docs, dc.split, dc.stratify_by, dc.split_seed)
+    if not train or not dev:
+        raise ValueError(f"split {dc.split} of {len(docs)} documents left train or dev empty")
+    vocab = build_vocabulary((s for d in train for s in d.sentences), dc.vocab_size, dc.min_count)
+    variables = []
+    for name in dc.context_fields:
+        counts: dict[str, int] = {}
+        for doc in train:
+            value = doc.fields.get(name)
+            if value is not None:
+                counts[value] = counts.get(value, 0) + len(doc.sentences)
+        if not counts:
+            raise ValueError(f"context field {name!r} has no value in the training documents")
+        values = sorted(counts)
+        variables.append(
+            ContextVariable.categorical(
+                name,
+                values,
+                [counts[v] for v in values],
+                embed_dim=cfg.model.context_embed_dim,
+                one_hot_bias=cfg.model.one_hot_bias,
+            )
+        )
+    logger.info(
+        "data: %d/%d/%d documents, vocabulary %d, context %s",
+        len(train),
+        len(dev),
+        len(test),
+        len(vocab),
+        {v.name: len(v.values) for v in variables},
+    )
+    return PreparedData(
+        vocab=vocab,
+        context_vars=tuple(variables),
+        train=tuple(examples_of(train, vocab, variables)),
+        dev=tuple(examples_of(dev, vocab, variables)),
+        split_ids={
+            "train": tuple(d.doc_id for d in train),
+            "dev": tuple(d.doc_id for d in dev),
+            "test": tuple(d.doc_id for d in test),
+        },
+    )
+
+
+def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
+    m = cfg.model
+    adaptive = m.mode != "unadapted"
+    return LSTMConfig(
+        vocab_size=len(data.vocab),
+        embed_dim=m.embed_dim,
+        hidden_dim=m.hidden_dim,
+        num_layers=m.num_layers,
+        mode=m.mode,
+        context_dim=m.context_dim if adaptive else 0,
+        rank=m.rank if m.mode == "factor" else 0,
+        context_vars=data.context_vars if adaptive else (),
+        layer_norm=m.layer_norm,
+        dropout=m.dropout,
+    )
+
+
+# -- the training step ----------------------------------------------------------------------
+
+
+class LossModule(nn.Module):
+    """Mean per-token negative log-likelihood of a batch; what DDP wraps."""
+
+    def __init__(self, model: ContextLSTM):
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        mask: torch.Tensor,
+        records: Sequence[Mapping[str, Any] | None] | None,
+        samples: torch.Tensor | None = None,
+        log_expected: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if samples is None:
+            log_probs, _ = self.model(inputs, records)  # (N, T, V)
+            nll = -log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)  # (N, T)
+            return (nll * mask).sum() / mask.sum()
+        assert log_expected is not None
+        h = self.model.hidden(inputs, records)  # (N, T, d)
+        return sampled_softmax_loss(
+            lambda ids: self.model.output_logits(h, records, ids),
+            targets,
+            samples,
+            log_expected,
+            mask,
+        )
+
+
+@torch.no_grad()
+def evaluate(
+    model: ContextLSTM,
+    examples: Sequence[Example],
+    device: torch.device,
+    batch_tokens: int,
+    pad_id: int,
+) -> tuple[float, int]:
+    """``(total natural-log probability, tokens)`` of ``examples`` (full softmax)."""
+    was_training = model.training
+    model.eval()
+    total, tokens = 0.0, 0
+    for idxs in bucket_batches([len(e) for e in examples], batch_tokens, seed=0, shuffle=False):
+        batch = collate([examples[i] for i in idxs], pad_id).to(device)
+        records = list(batch.records) if model.adaptive else None
+        logp = model.score(batch.inputs, batch.targets, batch.lengths, records)
+        total += float(logp.sum())
+        tokens += batch.num_tokens
+    model.train(was_training)
+    return total, tokens
+
+
+# -- state saving ---------------------------------------------------------------------------
+
+
+def _save_optimizer(opt: torch.optim.Optimizer, folder: Path) -> None:
+    sd = opt.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for pid, st in sd["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"{pid}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{pid}.{key}"] = value
+    save_file(tensors, str(folder / "optimizer.safetensors"))
+    (folder / "optimizer.json").write_text(
+        json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}), encoding="utf-8"
+    )
+
+
+def _load_optimizer(opt: torch.optim.Optimizer, folder: Path, device: torch.device) -> None:
+    meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
+    tensors = load_file(str(folder / "optimizer.safetensors"), device=str(device))
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    for key, value in meta["scalars"].items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+# -- the loop -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    epoch: int
+    train_loss: float
+    dev_ppl: float
+    tokens: int
+    seconds: float
+    tokens_per_second: float
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    best_dev_ppl: float
+    best_epoch: int
+    epochs: tuple[EpochLog, ...]
+    out_dir: Path
+    device: str
+
+
+def train(
+    cfg: TrainConfig, data_dir: Path, out_dir: Path, resume: bool = True, progress: bool = True
+) -> TrainResult:
+    """Train per ``cfg``; checkpoints under ``out_dir`` (``best/``, ``last/``)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    opts = cfg.train
+    device = resolve_device(opts.device, local_rank)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    is_main = rank == 0
+    torch.manual_seed(opts.seed)
+
+    data = prepare_data(cfg, data_dir)
+    pad_id = data.vocab.eos_id
+    model = ContextLSTM(model_config(cfg, data)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
+    loss_module: nn.Module = LossModule(model)
+    if world > 1:
+        loss_module = DistributedDataParallel(
+            loss_module, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    sampler = None
+    log_expected = None
+    if opts.sampled_softmax:
+        counts = torch.tensor(data.vocab.unigram_counts or [1] * len(data.vocab))
+        sampler = UnigramSampler(counts, opts.sampled_softmax)
+        log_expected = torch.log(sampler.probs.clamp(min=1e-12) * opts.sampled_softmax).to(device)
+
+    out_dir = Path(out_dir)
+    last, best = out_dir / "last", out_dir / "best"
+    state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
+    if resume and (last / "trainer.json").exists():
+        prev_model, _, _ = load_checkpoint(last, device=device)
+        model.load_state_dict(prev_model.state_dict(), strict=True)
+        _load_optimizer(optimizer, last, device)
+        state = json.loads((last / "trainer.json").read_text(encoding="utf-8"))
+        logger.info("resuming from %s after epoch %d", last, state["epoch"])
+    if is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
+        (out_dir / "split.json").write_text(
+            json.dumps({k: list(v) for k, v in data.split_ids.items()}) + "\n"
+        )
+
+    use_amp = opts.amp and device.type == "cuda"
+    lengths = [len(e) for e in data.train]
+    for epoch in range(state["epoch"] + 1, opts.epochs + 1):
+        if state["bad_epochs"] >= opts.patience:
+            break
+        model.train()
+        batches = bucket_batches(lengths, opts.batch_tokens, seed=opts.seed * 1000 + epoch)
+        per_rank = len(batches) // world
+        batches = batches[rank * per_rank : (rank + 1) * per_rank]  # equal shares: no hang
+        if opts.max_steps_per_epoch is not None:
+            batches = batches[: opts.max_steps_per_epoch]
+        gen = torch.Generator().manual_seed(opts.seed * 1000 + epoch)
+        t0, tokens, loss_sum, steps = time.perf_counter(), 0, 0.0, 0
+        bar = tqdm(batches, desc=f"epoch {epoch}", unit="batch", disable=not (progress and is_main))
+        for idxs in bar:
+            batch: Batch = collate([data.train[i] for i in idxs], pad_id).to(device)
+            records = list(batch.records) if model.adaptive else None
+            samples = sampler.sample(gen).to(device) if sampler is not None else None
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+                loss = loss_module(
+                    batch.inputs,
+                    batch.targets,
+                    batch.mask().float(),
+                    records,
+                    samples,
+                    log_expected,
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if opts.grad_clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), opts.grad_clip)
+            optimizer.step()
+            tokens += batch.num_tokens
+            loss_sum += float(loss.detach())
+            steps += 1
+            bar.set_postfix(
+                loss=f"{loss_sum / steps:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}"
+            )
+        seconds = time.perf_counter() - t0
+        total, dev_tokens = evaluate(model, data.dev, device, opts.batch_tokens, pad_id)
+        dev_ppl = math.exp(-total / max(dev_tokens, 1))
+        if world > 1:  # every rank evaluates the whole dev set: keep them in step
+            dist.barrier()
+        log = EpochLog(
+            epoch,
+            loss_sum / max(steps, 1),
+            dev_ppl,
+            tokens * world,
+            seconds,
+            tokens * world / max(seconds, 1e-9),
+        )
+        logger.info(
+            "epoch %d: train loss %.4f, dev ppl %.2f, %.0f tokens/s",
+            epoch,
+            log.train_loss,
+            dev_ppl,
+            log.tokens_per_second,
+        )
+        state["log"].append(asdict(log))
+        state["epoch"] = epoch
+        improved = dev_ppl < state["best_dev_ppl"]
+        if improved:
+            state.update(best_dev_ppl=dev_ppl, best_epoch=epoch, bad_epochs=0)
+        else:
+            state["bad_epochs"] += 1
+        if is_main:
+            meta = {
+                "epoch": epoch,
+                "dev_ppl": dev_ppl,
+                "config": cfg.to_json(),
+                "device": str(device),
+                "world_size": world,
+            }
+            if improved:
+                save_checkpoint(best, model, data.vocab.tokens, meta)
+            _save_last(last, model, optimizer, data.vocab.tokens, meta, state)
+    if world > 1:
+        dist.barrier()
+    return TrainResult(
+        best_dev_ppl=state["best_dev_ppl"],
+        best_epoch=state["best_epoch"],
+        epochs=tuple(EpochLog(**e) for e in state["log"]),
+        out_dir=out_dir,
+        device=str(device),
+    )
+
+
+def _save_last(
+    last: Path,
+    model: ContextLSTM,
+    optimizer: torch.optim.Optimizer,
+    vocab_tokens: Sequence[str],
+    meta: Mapping[str, Any],
+    state: Mapping[str, Any],
+) -> None:
+    """Model, optimizer and trainer state, written aside and swapped in whole."""
+    staging = last.parent / f".{last.name}.new"
+    if staging.exists():
+        shutil.rmtree(staging)
+    save_checkpoint(staging, model, vocab_tokens, meta)
+    _save_optimizer(optimizer, staging)
+    (staging / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
+    old = last.parent / f".{last.name}.old"
+    if last.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        last.rename(old)
+    staging.rename(last)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def config_training_main(
+    argv: Sequence[str] | None,
+    prog: str,
+    description: str | None,
+    load_config: Callable[[Path], Any],
+    run: Callable[[Any, Path, Path, bool], Any],
+) -> None:
+    """The ``python -m`` entry point shared by the trainers that take ``CONFIG --out DIR``.
+
+    ``load_config(path)`` raises ValueError on a bad file (reported as one line);
+    ``run(config, data_dir, out_dir, progress)`` returns a result with ``best_dev_ppl`` and
+    ``best_epoch``.
+    """
+    from rescorer.core.data import default_data_dir
+
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("config", type=Path)
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = load_config(args.config)
+    except ValueError as err:
+        ap.exit(2, f"error: {err}\n")  # bad input: one line, exit status 2
+    result = run(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
+    logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from rescorer.core.data import default_data_dir
+
+    ap = argparse.ArgumentParser(
+        prog="python -m lm_models.lstm.train",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("config", type=Path)
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = TrainConfig.load(args.config)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    result = train(
+        cfg,
+        args.data_dir or default_data_dir(),
+        args.out,
+        resume=not args.no_resume,
+        progress=not args.quiet,
+    )
+    logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
+
+
+if __name__ == "__main__":
+    main()

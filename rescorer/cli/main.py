@@ -1,0 +1,63 @@
+"""The ``rescorer`` entry point: the click group and the commands registered on it.
+
+The commands live in one module per group (:mod:`~rescorer.cli.evaluation`,
+:mod:`~rescorer.cli.rescoring`, :mod:`~rescorer.cli.models`, :mod:`~rescorer.cli.keyboard`, and
+the model families' :mod:`~rescorer.cli.fnlm`, :mod:`~rescorer.cli.lbl`, :mod:`~rescorer.cli.cue`);
+their shared options and error handling are in :mod:`rescorer.cli.options`. This module imports
+them all and nothing imports it.
+
+Bad input data gets one line naming the file and line, and exit status 2; bad options get click's
+usage error (also status 2). Progress bars go to stderr and ``--quiet`` silences them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from rescorer.cli import cue, evaluation, fnlm, keyboard, lbl, models, rescoring
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars or info messages.")
+def main(verbose: int, quiet: bool) -> None:
+    """N-best rescoring with n-gram and neural language models."""
+    level = logging.WARNING if quiet or verbose == 0 else logging.INFO
+    if verbose >= 2:
+        level = logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", force=True)
+
+
+COMMANDS: tuple[click.Command, ...] = (
+    evaluation.wer,
+    rescoring.score,
+    rescoring.tune_cmd,
+    rescoring.rescore,
+    rescoring.convert,
+    models.ppl,
+    models.ngram,
+    models.train_cmd,
+    models.classify,
+    models.inspect_cmd,
+    models.export_cmd,
+    keyboard.predict_cmd,
+    keyboard.keyboard_eval,
+    keyboard.keyboard_compare,
+    fnlm.fnlm_train,
+    fnlm.fnlm_eval,
+    fnlm.mix_weights,
+    lbl.lbl_train,
+    lbl.lbl_infer,
+    lbl.lbl_similar,
+    lbl.lbl_sample,
+    lbl.lbl_export,
+    cue.cue_vectors,
+    cue.cue_export,
+)
+for _command in COMMANDS:
+    main.add_command(_command)
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

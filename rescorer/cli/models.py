@@ -1,0 +1,476 @@
+"""Model commands: ``ppl``, ``ngram build``, ``train``, ``classify``, ``inspect``, ``export``."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from export.format import KINDS as EXPORT_KINDS
+from rescorer.cli.options import (
+    EXISTING_FILE,
+    InputFailure,
+    LMSpecType,
+    NumberList,
+    context_options,
+    handle_errors,
+    load_contexts,
+    quiet,
+)
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
+from rescorer.lms import load_lm
+from rescorer.lms.contract import LMSpec
+from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
+from rescorer.refs import read_references
+from rescorer.text import CASE_MODES
+
+logger = logging.getLogger(__name__)
+
+
+# -- ppl ----------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--lm", "lm_spec", type=LMSpecType(), required=True, help="Model [NAME=]KIND:PATH.")
+@click.option(
+    "--text",
+    "text_path",
+    type=EXISTING_FILE,
+    required=True,
+    help="Text to evaluate, one sentence per line.",
+)
+@click.option(
+    "--text-format",
+    type=click.Choice(["plain", "kaldi", "trn"]),
+    default="plain",
+    show_default=True,
+    help="plain: words only; kaldi: 'uttid words'; trn: sclite.",
+)
+@click.option("--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True)
+@context_options
+@handle_errors
+def ppl(
+    lm_spec: LMSpec,
+    text_path: Path,
+    text_format: str,
+    lm_case: str,
+    context_path: Path | None = None,
+    device: str | None = None,
+) -> None:
+    """Perplexity of a language model on text.
+
+    Totals are natural-log; OOV words are scored with the model's <unk>, and a second figure
+    leaves them out (SRILM's convention).
+
+    \b
+    Example:
+      rescorer ppl --lm kenlm:4gram.bin --text DEV/references/ref_wer.trn --text-format trn
+    """
+    if context_path is not None and text_format == "plain":
+        raise click.UsageError(
+            "--context needs utterance ids: use --text-format kaldi or trn (plain has none)"
+        )
+    contexts = None
+    if text_format == "plain":
+        sentences = [tuple(line.split()) for _, line in read_lines(text_path) if line.strip()]
+    else:
+        texts = read_references(text_path, text_format)
+        sentences = list(texts.values())
+        by_utt = load_contexts(context_path, list(texts))
+        contexts = None if by_utt is None else [by_utt[utt] for utt in texts]
+    if not sentences:
+        raise InputFailure(f"{text_path}: no sentences")
+    lm = load_lm(lm_spec, case=lm_case, **({} if device is None else {"device": device}))
+    logps = lm.token_logprobs(sentences, contexts)
+    flags = lm.oov_flags(sentences)
+    oov = int(sum(f.sum() for f in flags))
+    words = int(sum(len(f) for f in flags))
+    total = float(sum(lp.sum() for lp in logps))
+    tokens = int(sum(len(lp) for lp in logps))
+    click.echo(
+        f"{len(sentences)} sentences, {words} words, {oov} OOVs ({100 * oov / max(words, 1):.2f}%)"
+    )
+    click.echo(f"logprob (ln) {total:.2f} over {tokens} tokens incl. </s>, OOVs scored as <unk>")
+    click.echo(f"ppl {math.exp(-total / tokens):.2f}")
+    if lm.units == "word":
+        # SRILM's convention: OOV words are left out of both the total and the count.
+        known_total = float(
+            sum(lp[:-1][~f].sum() + lp[-1] for lp, f in zip(logps, flags, strict=True))
+        )
+        known_tokens = tokens - oov
+        click.echo(
+            f"ppl excluding OOVs {math.exp(-known_total / known_tokens):.2f} "
+            f"over {known_tokens} tokens"
+        )
+    if contexts is not None:
+        # Perplexity per context value, for every field of the context records.
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, record in enumerate(contexts):
+            for field, value in (record or {}).items():
+                groups.setdefault((field, str(value)), []).append(i)
+        for (field, value), idx in sorted(groups.items()):
+            g_total = float(sum(logps[i].sum() for i in idx))
+            g_tokens = int(sum(len(logps[i]) for i in idx))
+            click.echo(
+                f"  {field}={value}: ppl {math.exp(-g_total / g_tokens):.2f} over {g_tokens} "
+                f"tokens, {len(idx)} sentences"
+            )
+
+
+# -- ngram --------------------------------------------------------------------------------------
+
+
+@click.group()
+def ngram() -> None:
+    """N-gram models with KenLM."""
+
+
+@ngram.command(name="build")
+@click.option(
+    "--text",
+    "texts",
+    type=EXISTING_FILE,
+    multiple=True,
+    required=True,
+    help="Training text, one sentence per line (repeatable).",
+)
+@click.option("--order", type=click.IntRange(1, 6), default=4, show_default=True)
+@click.option(
+    "--prune",
+    type=NumberList(int),
+    default=None,
+    help="Count thresholds per order, e.g. 0,0,1 (unigrams cannot be pruned).",
+)
+@click.option("--memory", default="2G", show_default=True, help="lmplz sort memory (-S).")
+@click.option("--arpa", "arpa", is_flag=True, help="Keep ARPA text instead of a binary.")
+@click.option("--binary-type", type=click.Choice(BINARY_TYPES), default="trie", show_default=True)
+@click.option("--discount-fallback", is_flag=True, help="Fallback discounts for tiny corpora.")
+@click.option("--skip-symbols", is_flag=True, help="Treat <s>, </s>, <unk> in text as spaces.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@handle_errors
+def ngram_build(
+    texts: tuple[Path, ...],
+    order: int,
+    prune: tuple[int, ...] | None,
+    memory: str,
+    arpa: bool,
+    binary_type: str,
+    discount_fallback: bool,
+    skip_symbols: bool,
+    out_path: Path,
+) -> None:
+    """Build an n-gram model with lmplz (and build_binary).
+
+    \b
+    Example:
+      rescorer ngram build --text books.txt --order 4 --prune 0,0,1,1 --out 4gram.bin
+    """
+    options = NgramOptions(
+        order=order,
+        prune=prune or (),
+        memory=memory,
+        binary=None if arpa else binary_type,
+        discount_fallback=discount_fallback,
+        skip_symbols=skip_symbols,
+    )
+    build_ngram(texts, out_path, options)
+    click.echo(f"wrote {out_path} ({out_path.stat().st_size / 2**20:.1f} MiB)")
+
+
+# -- train --------------------------------------------------------------------------------------
+
+
+@click.command(name="train")
+@click.argument("config_path", metavar="CONFIG", type=EXISTING_FILE)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Output folder: best/ and last/ checkpoints, split.json.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Where corpus paths in the config are relative to (default: $RESCORER_DATA or "
+    "../shared/data).",
+)
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue from OUT/last when it exists.",
+)
+@handle_errors
+def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: bool) -> None:
+    """Train a context-aware LSTM language model from a JSON config.
+
+    The config has "data", "model" and "train" sections (see lm_models.lstm.train). The best
+    checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best.
+
+    \b
+    Example:
+      rescorer train brown_factor.json --out models/brown_factor
+    """
+    from lm_models.lstm.train import TrainConfig, train  # imported here: torch is heavy
+    from rescorer.core.data import default_data_dir
+
+    cfg = TrainConfig.load(config_path)
+    result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet())
+    click.echo(
+        f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "
+        f"checkpoint {out_dir / 'best'}"
+    )
+
+
+# -- classify and inspect (context-aware neural models) ------------------------------------------
+
+
+@click.command()
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="A checkpoint folder of `rescorer train`.",
+)
+@click.option(
+    "--docs",
+    "docs_path",
+    type=EXISTING_FILE,
+    required=True,
+    help='Documents as JSONL: {"id": ..., "text": ..., "fields": {FIELD: value}}.',
+)
+@click.option("--field", required=True, help="The context field to classify by (e.g. genre).")
+@click.option("--device", default="cpu", show_default=True, help="torch device.")
+@handle_errors
+def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
+    """Classify documents by a context field with the LM (generative, uniform prior).
+
+    Each document goes to the field value under which the model gives it the highest
+    probability (Jaech & Ostendorf 2018, eq. 7). Prints accuracy and the confusion matrix.
+
+    \b
+    Example:
+      rescorer classify --model exp/factor/best --docs test.jsonl --field genre
+    """
+    import torch
+
+    from lm_models.checkpoint import load_checkpoint
+    from lm_models.corpora import read_jsonl
+    from lm_models.lstm.evaluate import classify as classify_docs
+    from lm_models.lstm.inspect import context_values
+    from lm_models.vocab import Vocabulary
+
+    model, tokens, _ = load_checkpoint(model_dir, device=device)
+    values = context_values(model, field)
+    docs = read_jsonl(docs_path)
+    if not docs:
+        raise InputError("no documents in it", docs_path)
+    report = classify_docs(model, Vocabulary(tokens), docs, field, values, torch.device(device))
+    click.echo(f"accuracy {100 * report.accuracy:.2f} % over {len(docs)} documents")
+    click.echo(report.table())
+
+
+@click.command(name="inspect")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="A checkpoint folder of `rescorer train`.",
+)
+@click.option("--field", required=True, help="Context field to inspect (e.g. genre).")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Boosted words to list per value.",
+)
+@click.option(
+    "--pca",
+    "pca_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a 2-D PCA plot of the context embeddings here (PNG).",
+)
+@handle_errors
+def inspect_cmd(model_dir: Path, field: str, top: int, pca_path: Path | None) -> None:
+    """Words each context value boosts most, and a PCA plot of the context embeddings.
+
+    \b
+    Example:
+      rescorer inspect --model exp/factor/best --field genre --top 8 --pca genres.png
+    """
+    from lm_models.checkpoint import load_checkpoint
+    from lm_models.lstm.inspect import (
+        adaptation_norms,
+        context_pca,
+        plot_pca,
+        top_boosted_words,
+    )
+
+    model, tokens, _ = load_checkpoint(model_dir)
+    for value, words in top_boosted_words(model, tokens, field, top).items():
+        click.echo(f"{value}: " + " ".join(w for w, _ in words))
+    if model.config.mode in ("concat", "factor"):
+        click.echo("recurrent-layer adaptation per layer: ||A||/||W|| (FactorCell), ||Vc||/||b||")
+        for row in adaptation_norms(model, field):
+            ratios = "  ".join(
+                f"{w:.3f} {b:.3f}" for w, b in zip(row.weight_ratio, row.bias_ratio, strict=True)
+            )
+            click.echo(f"{row.value}: {ratios}")
+    if pca_path is not None:
+        plot_pca(context_pca(model, field), pca_path, f"context embeddings: {field}")
+        click.echo(f"wrote {pca_path}")
+
+
+# -- export -------------------------------------------------------------------------------------
+
+
+def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
+    record: dict[str, str] = {}
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        if not sep or not field.strip() or not value.strip():
+            raise click.BadParameter(f"expected FIELD=VALUE, got {pair!r}", param_hint="--context")
+        if field.strip() in record:
+            raise click.BadParameter(f"field {field.strip()!r} given twice", param_hint="--context")
+        record[field.strip()] = value.strip()
+    return record or None
+
+
+@click.command(name="export")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out_path", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.onnx")
+@click.option(
+    "--kind",
+    type=click.Choice(EXPORT_KINDS),
+    default="step",
+    show_default=True,
+    help="step: x, h0, c0 -> log_softmax, next_h0, next_c0 with one context folded in; "
+    "multi: the same with a context_id input over many contexts; scorer: x, x_lens -> "
+    "token_logprobs, sentence_logprob; multi-scorer: the scorer with context_id.",
+)
+@click.option(
+    "--context",
+    "context_pairs",
+    multiple=True,
+    metavar="FIELD=VALUE",
+    help="The context folded into a step or scorer export (repeatable; default: the expected "
+    "context, every field missing).",
+)
+@click.option(
+    "--contexts",
+    "contexts_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="Multi kinds: JSONL file of context records {field: value}, one per line (default: "
+    "every combination of the categorical values). The expected context is always id 0.",
+)
+@click.option(
+    "--quantize",
+    type=click.Choice(["int8"]),
+    default=None,
+    help="Also write a dynamic int8 model beside OUT (OUT stem + .int8.onnx).",
+)
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help="Compare the export with the PyTorch model on random batches (max abs diff <= 1e-4).",
+)
+@click.option(
+    "--ppl-text",
+    type=EXISTING_FILE,
+    default=None,
+    help="With --quantize: report the perplexity change of int8 on this text (one sentence per "
+    "line, scored with context 0).",
+)
+@handle_errors
+def export_cmd(
+    checkpoint: Path,
+    out_path: Path,
+    kind: str,
+    context_pairs: tuple[str, ...],
+    contexts_path: Path | None,
+    quantize: str | None,
+    check: bool,
+    ppl_text: Path | None,
+) -> None:
+    """Export a checkpoint to ONNX with its context(s) folded into the weights.
+
+    The architecture is read from the checkpoint. The vocabulary is written beside OUT
+    (OUT stem + .vocab.txt); the two files are all `--lm onnx:OUT` or ONNX Runtime needs.
+
+    \b
+    Examples:
+      rescorer export exp/factor/best lm.onnx --kind step --context genre=news
+      rescorer export exp/factor/best lm_all.onnx --kind multi --quantize int8 --ppl-text dev.txt
+      rescorer export exp/factor/best scorer.onnx --kind multi-scorer --contexts ctx.jsonl
+    """
+    from export.exporter import (  # imported here: torch is heavy
+        ExportOptions,
+        export_model,
+        normalise_record,
+        read_context_records,
+    )
+    from lm_models.checkpoint import load_checkpoint
+    from lm_models.lstm.model import ContextLSTM
+
+    multi = kind.startswith("multi")
+    if context_pairs and multi:
+        raise click.UsageError(
+            f"--context folds one context into a step or scorer export; --kind {kind} takes "
+            f"--contexts FILE.jsonl (or none: every combination)"
+        )
+    if contexts_path is not None and not multi:
+        raise click.UsageError(
+            f"--contexts is for --kind multi or multi-scorer; --kind {kind} folds one context "
+            f"(--context FIELD=VALUE)"
+        )
+    if ppl_text is not None and quantize is None:
+        raise click.UsageError("--ppl-text reports what --quantize costs: give --quantize int8")
+    record = _context_pairs(context_pairs)
+    model, tokens, _ = load_checkpoint(checkpoint)
+    if not isinstance(model, ContextLSTM):
+        raise click.UsageError(f"{checkpoint}: a {type(model).__name__}; export takes ContextLSTM")
+    if record is not None:
+        try:
+            record = normalise_record(model, record)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--context") from None
+    records = None
+    if contexts_path is not None:
+        records = tuple(read_context_records(contexts_path, model))
+    options = ExportOptions(kind=kind, context=record, contexts=records)
+    result = export_model(model, tokens, out_path, options)
+    n = len(result.contexts)
+    click.echo(
+        f"wrote {result.path} ({kind}, {n} context{'s' if n != 1 else ''}, "
+        f"{result.size_bytes / 2**20:.2f} MiB) and {result.vocab_path}"
+    )
+    if check:
+        from export.parity import check_parity
+
+        report = check_parity(model, result.path)
+        click.echo(report.describe())
+        if not report.ok:
+            raise click.ClickException(f"{result.path}: {report.describe()}")
+    if quantize == "int8":
+        from export.quantize import quantize_int8
+        from rescorer.lms.onnx import perplexity_change
+
+        q_path = quantize_int8(result.path)
+        click.echo(f"wrote {q_path} (dynamic int8, {q_path.stat().st_size / 2**20:.2f} MiB)")
+        if ppl_text is not None:
+            sentences = [tuple(line.split()) for _, line in read_lines(ppl_text) if line.strip()]
+            if not sentences:
+                raise InputFailure(f"{ppl_text}: no sentences")
+            change = perplexity_change(result.path, q_path, sentences)
+            click.echo(f"int8 on {ppl_text}: {change.describe()}")

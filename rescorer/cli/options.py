@@ -1,0 +1,335 @@
+"""Shared pieces of the command modules: error handling, parameter types, option groups, loaders.
+
+Data errors (:class:`~rescorer.core.errors.InputError`, ``ValueError`` from the library) become one
+line naming the file and line, exit status 2 (:func:`handle_errors`); click's usage errors stay for
+wrong command-line usage. Command modules import this module; it imports none of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from rescorer.contexts import check_context_ids, read_contexts
+from rescorer.core.errors import InputError, check_same_ids
+from rescorer.features import LMFeatureReport, add_lm_scores
+from rescorer.formats import READERS, detect_format, read_nbest
+from rescorer.lms import LOADERS, load_lm, parse_spec
+from rescorer.lms.contract import LanguageModel, LMSpec
+from rescorer.nbest import NBest
+from rescorer.ngram import KenLMToolError
+from rescorer.refs import read_references, read_utt2spk
+from rescorer.text import CASE_MODES
+from rescorer.wer import WerReport
+
+logger = logging.getLogger(__name__)
+
+
+logger = logging.getLogger(__name__)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class InputFailure(click.ClickException):
+    """Bad input data: one line, exit status 2."""
+
+    exit_code = 2
+
+
+def handle_errors(fn: F) -> F:
+    """Turn library errors into one-line CLI errors."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError as err:
+            raise InputFailure(str(err)) from None
+        except KenLMToolError as err:
+            raise click.ClickException(str(err)) from None
+        except ValueError as err:
+            raise click.UsageError(str(err)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def quiet() -> bool:
+    ctx = click.get_current_context()
+    return bool(ctx.find_root().params.get("quiet"))
+
+
+# -- shared option types ------------------------------------------------------------------------
+
+
+class LMSpecType(click.ParamType):
+    """``[NAME=]KIND:PATH`` with an existing path."""
+
+    name = "SPEC"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, LMSpec):
+            return value
+        try:
+            spec = parse_spec(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if not spec.path.exists():
+            self.fail(f"model file {str(spec.path)!r} does not exist", param, ctx)
+        return spec
+
+
+class CommaList(click.ParamType):
+    """A comma-separated list of names."""
+
+    name = "A,B,..."
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        items = tuple(v.strip() for v in str(value).split(",") if v.strip())
+        if not items:
+            self.fail(f"expected a comma-separated list of names, got {value!r}", param, ctx)
+        return items
+
+
+class NumberList(click.ParamType):
+    """A comma-separated list of integers >= 0 (``kind=int``) or finite numbers > 0 (``float``)."""
+
+    def __init__(self, kind: type[int] | type[float]) -> None:
+        self.kind = kind
+        self.name = "N,N,..." if kind is int else "X,Y,..."
+        self._what = "integers >= 0" if kind is int else "numbers > 0"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        try:
+            items = tuple(self.kind(v) for v in str(value).split(","))
+        except ValueError:
+            self.fail(f"expected comma-separated {self._what}, got {value!r}", param, ctx)
+        if self.kind is int:
+            valid = all(x >= 0 for x in items)
+        else:
+            valid = all(math.isfinite(x) and x > 0 for x in items)
+        if not valid:
+            self.fail(f"expected comma-separated {self._what}, got {value!r}", param, ctx)
+        return items
+
+
+FORMAT_CHOICE = click.Choice(["auto", *sorted(READERS)])
+
+
+EXISTING = click.Path(exists=True, path_type=Path)
+
+
+EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+MODEL_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def nbest_options(fn: F) -> F:
+    fn = click.option(
+        "--format",
+        "fmt",
+        type=FORMAT_CHOICE,
+        default="auto",
+        show_default=True,
+        help="N-best format (detected from the path when auto).",
+    )(fn)
+    return click.option(
+        "--nbest",
+        "nbest_path",
+        type=EXISTING,
+        required=True,
+        help="N-best lists: an ESPnet set folder, SRILM file/folder/list, Kaldi folder, "
+        "JSON or JSONL file.",
+    )(fn)
+
+
+def ref_options(required: bool) -> Callable[[F], F]:
+    def deco(fn: F) -> F:
+        fn = click.option(
+            "--ref-format",
+            type=click.Choice(["auto", "trn", "kaldi"]),
+            default="auto",
+            show_default=True,
+            help="Reference format.",
+        )(fn)
+        return click.option(
+            "--ref",
+            "ref_path",
+            type=EXISTING_FILE,
+            required=required,
+            help="References: sclite trn (id in parentheses) or Kaldi 'uttid words' text.",
+        )(fn)
+
+    return deco
+
+
+def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
+    """CONFIG, --out, --data-dir, --seed and --device of the trainers that read a sectioned JSON
+    config (fnlm-train, lbl-train); ``spec_kind`` names the --lm kind the checkpoint is for."""
+
+    def deco(fn: F) -> F:
+        fn = click.option("--device", default=None, help="Override the config's train.device.")(fn)
+        fn = click.option(
+            "--seed", type=int, default=None, help="Override the config's train.seed."
+        )(fn)
+        fn = click.option(
+            "--data-dir",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            default=None,
+            help="Where the config's relative paths start (default: $RESCORER_DATA or "
+            "../shared/data).",
+        )(fn)
+        fn = click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            required=True,
+            help=f"Checkpoint folder to write (the best epoch), usable as --lm {spec_kind}:OUT.",
+        )(fn)
+        return click.argument("config_path", metavar="CONFIG", type=EXISTING_FILE)(fn)
+
+    return deco
+
+
+def run_config_trainer(
+    config_type: Any,
+    train_fn: Callable[..., Any],
+    config_path: Path,
+    out_dir: Path,
+    data_dir: Path | None,
+    seed: int | None,
+    device: str | None,
+) -> None:
+    """Load ``config_type`` from CONFIG, apply --seed/--device, train, report the best epoch."""
+    from dataclasses import replace
+
+    from rescorer.core.data import default_data_dir
+
+    cfg = config_type.load(config_path)
+    overrides = {k: v for k, v in (("seed", seed), ("device", device)) if v is not None}
+    if overrides:
+        cfg = replace(cfg, train=replace(cfg.train, **overrides))
+    result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not quiet())
+    click.echo(
+        f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch} "
+        f"({result.parameters:,} parameters, {result.seconds:.0f} s); checkpoint {out_dir}"
+    )
+
+
+def lm_options(fn: F) -> F:
+    fn = click.option(
+        "--lm-oov/--no-lm-oov",
+        "lm_oov",
+        default=True,
+        show_default=True,
+        help="Add each LM's OOV word count as a feature NAME_oov beside its score.",
+    )(fn)
+    fn = click.option(
+        "--lm-case",
+        type=click.Choice(CASE_MODES),
+        default="auto",
+        show_default=True,
+        help="Case mapping of words into the LMs' vocabularies (auto: whichever finds more words).",
+    )(fn)
+    return click.option(
+        "--lm",
+        "lm_specs",
+        type=LMSpecType(),
+        multiple=True,
+        help=f"Language model feature [NAME=]KIND:PATH, kinds: {', '.join(sorted(LOADERS))}. "
+        "Repeatable. NAME defaults to the file name before its first dot.",
+    )(fn)
+
+
+def context_options(fn: F) -> F:
+    fn = click.option(
+        "--device",
+        default=None,
+        help="Device of torch and onnx models: auto, cpu, cuda, cuda:1, ... "
+        "(default auto: CUDA when available, else the CPU).",
+    )(fn)
+    return click.option(
+        "--context",
+        "context_path",
+        type=EXISTING_FILE,
+        default=None,
+        help="Context of each utterance for context-aware models: JSONL "
+        '{"utt": ID, "fields": {"genre": ...}} or TSV with a header utt<TAB>field...; '
+        "its ids must be exactly the utterances'. KenLM models ignore it.",
+    )(fn)
+
+
+def load_contexts(path: Path | None, ids: Sequence[str]) -> dict[str, dict[str, str]] | None:
+    if path is None:
+        return None
+    contexts = read_contexts(path)
+    check_context_ids(ids, contexts, path)
+    return contexts
+
+
+def load_nbest(path: Path, fmt: str) -> NBest:
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    nbest = read_nbest(path, fmt)
+    if len(nbest) == 0:
+        raise InputError("no N-best lists in it", path)
+    logger.info("read %r from %s (%s)", nbest, path, fmt)
+    return nbest
+
+
+def load_refs(path: Path | None, fmt: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    if path is None:
+        raise click.UsageError("--ref is required here")
+    refs = read_references(path, None if fmt == "auto" else fmt)
+    check_same_ids(set(ids), set(refs), "reference", path)
+    return refs
+
+
+def load_speakers(path: Path | None, ids: Sequence[str]) -> dict[str, str] | None:
+    if path is None:
+        return None
+    spk = read_utt2spk(path)
+    missing = set(ids) - set(spk)
+    if missing:  # a map of a larger corpus is fine; every utterance here needs a speaker
+        check_same_ids(set(ids), set(spk) & set(ids), "utt2spk", path)
+    return spk
+
+
+def score_with_lms(
+    nbest: NBest,
+    specs: Sequence[LMSpec],
+    case: str,
+    oov_feature: bool,
+    contexts: dict[str, dict[str, str]] | None = None,
+    device: str | None = None,
+) -> tuple[NBest, list[LMFeatureReport]]:
+    reports = []
+    options = {} if device is None else {"device": device}
+    for spec in specs:
+        lm: LanguageModel = load_lm(spec, case=case, **options)
+        nbest, report = add_lm_scores(
+            nbest,
+            lm,
+            spec.name,
+            contexts=contexts,
+            progress=not quiet(),
+            oov_feature=oov_feature,
+        )
+        reports.append(report)
+        click.echo(report.describe(), err=True)
+        stats = getattr(lm, "stats", None)  # prefix sharing of torch models
+        if stats is not None and hasattr(stats, "describe"):
+            click.echo(f"{spec.name}: {stats.describe()}", err=True)
+    return nbest, reports
+
+
+def echo_report(label: str, report: WerReport) -> None:
+    click.echo(f"{report.kaldi_line()} {label}")

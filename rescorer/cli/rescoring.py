@@ -1,0 +1,286 @@
+"""Rescoring commands: ``score``, ``tune``, ``rescore``, ``convert``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from rescorer.cli.options import (
+    EXISTING_FILE,
+    CommaList,
+    context_options,
+    handle_errors,
+    lm_options,
+    load_contexts,
+    load_nbest,
+    load_refs,
+    load_speakers,
+    nbest_options,
+    ref_options,
+    score_with_lms,
+)
+from rescorer.combine import Weights, one_best, rerank
+from rescorer.core.io import atomic_write
+from rescorer.formats import WRITERS, write_nbest
+from rescorer.lms.contract import LMSpec
+from rescorer.nbest import NBest
+from rescorer.refs import write_kaldi_text
+from rescorer.significance import compare
+from rescorer.tune import TuneOptions, tune
+from rescorer.wer import score_corpus
+
+logger = logging.getLogger(__name__)
+
+
+# -- tune ---------------------------------------------------------------------------------------
+
+
+@click.command(name="tune")
+@nbest_options
+@ref_options(required=True)
+@lm_options
+@context_options
+@click.option(
+    "--features",
+    type=CommaList(),
+    default=None,
+    help="Score columns and LM names to combine (default: all of them).",
+)
+@click.option(
+    "--length/--no-length", default=True, show_default=True, help="Tune a word-count weight."
+)
+@click.option("--anchor", default=None, help="Feature held at weight 1 (default: the first).")
+@click.option("--init", "init_path", type=EXISTING_FILE, help="Start from these weights (JSON).")
+@click.option("--restarts", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the tuned weights (JSON).",
+)
+@handle_errors
+def tune_cmd(
+    nbest_path: Path,
+    fmt: str,
+    ref_path: Path,
+    ref_format: str,
+    lm_specs: tuple[LMSpec, ...],
+    lm_case: str,
+    lm_oov: bool,
+    features: tuple[str, ...] | None,
+    length: bool,
+    anchor: str | None,
+    init_path: Path | None,
+    restarts: int,
+    seed: int,
+    out_path: Path,
+    context_path: Path | None = None,
+    device: str | None = None,
+) -> None:
+    """Tune combination weights on a dev set.
+
+    Finds log-linear weights of the chosen features (and the word count) that minimise the
+    corpus word errors of the selected hypotheses; -v logs the search trace.
+
+    \b
+    Example:
+      rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
+          --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
+    """
+    nbest = load_nbest(nbest_path, fmt)
+    refs = load_refs(ref_path, ref_format, list(nbest))
+    contexts = load_contexts(context_path, list(nbest))
+    nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
+    names = features or nbest.score_names()
+    initial = Weights.load(init_path) if init_path else None
+    if initial is not None and not length and initial.length != 0:
+        raise click.UsageError("--no-length with initial weights that have a length weight")
+    result = tune(
+        nbest,
+        refs,
+        names,
+        TuneOptions(restarts=restarts, seed=seed, anchor=anchor, tune_length=length),
+        initial=initial,
+    )
+    meta = {
+        **result.weights.meta,
+        "nbest": str(nbest_path),
+        "ref": str(ref_path),
+        "lms": {s.name: f"{s.kind}:{s.path}" for s in lm_specs},
+    }
+    weights = Weights(result.weights.features, result.weights.length, meta)
+    weights.save(out_path)
+    click.echo(
+        f"initial %WER {100 * result.initial_errors / max(result.ref_words, 1):.2f} "
+        f"[ {result.initial_errors} / {result.ref_words} ]"
+    )
+    click.echo(
+        f"tuned   %WER {100 * result.wer:.2f} [ {result.errors} / {result.ref_words} ] "
+        f"({len(result.start_errors)} starts, best errors per start {list(result.start_errors)}, "
+        f"{result.seconds:.1f}s)"
+    )
+    for name, w in weights.features.items():
+        click.echo(f"  {name:>12s} {w:+.6g}")
+    click.echo(f"  {'length':>12s} {weights.length:+.6g}")
+    click.echo(f"wrote {out_path}")
+
+
+# -- rescore ------------------------------------------------------------------------------------
+
+
+@click.command()
+@nbest_options
+@ref_options(required=False)
+@lm_options
+@context_options
+@click.option(
+    "--weights",
+    "weights_path",
+    type=EXISTING_FILE,
+    required=True,
+    help="Weights from `rescorer tune` (JSON).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
+)
+@click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
+@handle_errors
+def rescore(
+    nbest_path: Path,
+    fmt: str,
+    ref_path: Path | None,
+    ref_format: str,
+    lm_specs: tuple[LMSpec, ...],
+    lm_case: str,
+    lm_oov: bool,
+    weights_path: Path,
+    out_dir: Path,
+    utt2spk: Path | None,
+    context_path: Path | None = None,
+    device: str | None = None,
+) -> None:
+    """Rerank N-best lists with tuned weights.
+
+    Writes the reranked lists and the new 1-best.
+
+    With --ref, prints the WER of the first-pass 1-best and of the rescored 1-best, and tests
+    the difference for significance.
+
+    \b
+    Example:
+      rescorer rescore --nbest DEV --ref DEV/references/ref_wer.trn \\
+          --lm kenlm:4gram.bin --weights weights.json --out OUTDIR
+    """
+    weights = Weights.load(weights_path)
+    nbest = load_nbest(nbest_path, fmt)
+    refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else None
+    # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
+    if utt2spk is not None and refs is None:
+        raise click.UsageError("--utt2spk is only used with --ref")
+    speakers = load_speakers(utt2spk, list(nbest)) if refs is not None else None
+    contexts = load_contexts(context_path, list(nbest))
+    nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
+    missing = [n for n in weights.names if n not in nbest.score_names()]
+    if missing:
+        raise click.UsageError(
+            f"weights name feature(s) {missing} that neither the N-best lists nor the --lm "
+            f"models provide (have: {list(nbest.score_names())})"
+        )
+    reranked = rerank(nbest, weights)
+    best = one_best(reranked)  # the reranked lists' first hypotheses
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_nbest(NBest(list(reranked.values()), refs), out_dir / "nbest.jsonl", "jsonl")
+    write_kaldi_text(out_dir / "1best.txt", best)
+    click.echo(f"wrote {out_dir / 'nbest.jsonl'} and {out_dir / '1best.txt'}")
+    if refs is None:
+        # A WER report from an earlier run with references would no longer describe the output.
+        (out_dir / "wer.txt").unlink(missing_ok=True)
+        return
+    base = score_corpus(refs, one_best(nbest), speakers)
+    new = score_corpus(refs, best, speakers)
+    lines = [
+        f"{base.kaldi_line()} first pass",
+        f"{new.kaldi_line()} rescored",
+        compare(base, new).summary(),
+    ]
+    with atomic_write(out_dir / "wer.txt") as f:
+        f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
+    click.echo("\n".join(lines))
+
+
+# -- score --------------------------------------------------------------------------------------
+
+
+@click.command()
+@nbest_options
+@lm_options
+@context_options
+@ref_options(required=False)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the lists with the new features (JSONL).",
+)
+@handle_errors
+def score(
+    nbest_path: Path,
+    fmt: str,
+    lm_specs: tuple[LMSpec, ...],
+    lm_case: str,
+    lm_oov: bool,
+    context_path: Path | None,
+    device: str | None,
+    ref_path: Path | None,
+    ref_format: str,
+    out_path: Path,
+) -> None:
+    """Add LM scores to N-best lists as features, in the lists' own order.
+
+    Slow models are then run once: `tune` and `rescore` read the JSONL with the features in it
+    and need no --lm.
+
+    \b
+    Example:
+      rescorer score --nbest DEV --lm 4gram=kenlm:4gram.bin --lm lstm=torch:exp/lstm/best \\
+          --out dev.scored.jsonl
+    """
+    if not lm_specs:
+        raise click.UsageError("give at least one --lm to score with")
+    nbest = load_nbest(nbest_path, fmt)
+    refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else nbest.references
+    contexts = load_contexts(context_path, list(nbest))
+    nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
+    write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
+    click.echo(f"wrote {len(nbest)} lists with features {list(nbest.score_names())} to {out_path}")
+
+
+# -- convert ------------------------------------------------------------------------------------
+
+
+@click.command()
+@nbest_options
+@click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
+@handle_errors
+def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path) -> None:
+    """Convert N-best lists between formats.
+
+    Scores are converted to the target format's log base or cost convention.
+
+    \b
+    Example:
+      rescorer convert --nbest DEV --to jsonl --out dev.jsonl
+    """
+    nbest = load_nbest(nbest_path, fmt)
+    write_nbest(nbest, out_path, to_fmt)
+    click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")

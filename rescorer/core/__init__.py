@@ -1,0 +1,1 @@
+"""rescorer.core package."""

@@ -1,0 +1,55 @@
+"""Language models behind one contract, one module per model kind.
+
+:mod:`rescorer.lms.contract` defines :class:`~rescorer.lms.contract.LanguageModel` and
+:class:`~rescorer.lms.contract.LMSpec`; each kind's adapter is a module here (``kenlm``,
+``torch``, ``onnx``, ``fnlm``, ``cue``, ``lbl``, ``mixture``) with a loader
+``(spec, options) -> LanguageModel``. :data:`LOADERS` is the plain dict from kind to loader,
+named as ``"module:function"`` so that an adapter (and torch, or onnxruntime) is imported only
+when a model of its kind is loaded. Add a kind by adding an entry (a callable works too).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rescorer.lms.contract import LanguageModel, LMSpec
+
+Loader = Callable[[LMSpec, Mapping[str, Any]], LanguageModel]
+
+LOADERS: dict[str, str | Loader] = {
+    "kenlm": "rescorer.lms.kenlm:load_kenlm_lm",
+    "torch": "rescorer.lms.torch:load_torch_lm",
+    "fnlm": "rescorer.lms.fnlm:load_fnlm_lm",
+    "cue": "rescorer.lms.cue:load_cue_lm",
+    "lbl": "rescorer.lms.lbl:load_lbl_lm",
+    "mix": "rescorer.lms.mixture:load_mixture",
+    "onnx": "rescorer.lms.onnx:load_onnx_lm",
+}
+"""Model kind -> loader (``"module:function"``, imported on first use, or a callable)."""
+
+
+def parse_spec(spec: str) -> LMSpec:
+    """Parse ``[NAME=]KIND:PATH`` with KIND one of :data:`LOADERS`."""
+    return LMSpec.parse(spec, LOADERS)
+
+
+def loader(kind: str) -> Loader:
+    """The loader of ``kind`` (its module imported now)."""
+    entry = LOADERS[kind]
+    if callable(entry):
+        return entry
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def load_lm(spec: str | LMSpec, **options: Any) -> LanguageModel:
+    """Load the model named by ``spec`` (``[NAME=]KIND:PATH``).
+
+    ``options`` go to the kind's loader (``case`` for word models, ``device`` for torch ones).
+    """
+    parsed = spec if isinstance(spec, LMSpec) else parse_spec(spec)
+    if parsed.kind not in LOADERS:
+        raise ValueError(f"unknown model kind {parsed.kind!r}; expected one of {sorted(LOADERS)}")
+    return loader(parsed.kind)(parsed, options)

@@ -1,0 +1,196 @@
+"""Factored neural LMs (:mod:`lm_models.fnlm.model`) behind the LanguageModel contract
+(``fnlm:DIR``).
+
+N-best hypotheses are plain words without annotation, so each word's factors are computed by
+the plain-text extractors of :mod:`lm_models.fnlm.factors` (the word, lower-cased form, stem,
+suffixes, shape). Factors that need annotation (lemma, POS, FEATS) cannot be computed: for
+every hypothesis word they are *unknown* and get the model's unknown-factor vector (section 6 of
+Alexandrescu & Kirchhoff 2006, strategy from the checkpoint unless given), exactly as for an
+unseen word. A warning says so when the model is loaded; a model meant for rescoring is best
+trained on plain-text factors only (its scores are then the same as in training).
+
+Words are case-mapped into the model's vocabulary as for KenLM (``case``). A word never seen in
+training is flagged OOV and scored as ``<unk>`` with the unseen-word share (lm_models.fnlm.model);
+a rare training word is in the vocabulary and gets its share of ``<unk>``.
+
+Scoring a batch: every token of every sentence becomes one (history, target) row; identical rows
+(N-best hypotheses share most of their n-grams) are scored once. All scores are natural logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lm_models.fnlm.factors import (
+    PlainWord,
+    check_strategy,
+    needs_annotation,
+    words_of_text,
+)
+from lm_models.fnlm.model import EncodedTokens, load_fnlm
+from rescorer.core.constants import EOS
+from rescorer.core.device import resolve_device
+from rescorer.lms.contract import Context, LMSpec
+from rescorer.text import CASE_MODES, case_function, choose_case
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FNLMState:
+    """A streaming state: the factor ids of the last n-1 words, most recent first."""
+
+    history: tuple[tuple[int, ...], ...]
+
+
+class FNLMLanguageModel:
+    """An FNLM checkpoint folder as a word-level LanguageModel."""
+
+    units = "word"
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        case: str = "auto",
+        device: str | None = None,
+        strategy: str | None = None,
+        batch_size: int = 4096,
+    ) -> None:
+        path = Path(path)
+        if case not in CASE_MODES:
+            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
+        if not path.is_dir():
+            raise ValueError(f"FNLM checkpoint folder not found: {path}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = resolve_device(device)
+        self._lm = load_fnlm(path, self.device)
+        cfg = self._lm.config
+        self.strategy = check_strategy(strategy or cfg.unk_strategy)
+        self.name = name or path.name
+        self.path = path
+        self._batch_size = batch_size
+        self._case = case
+        self._map: Callable[[str], str] | None = None if case == "auto" else case_function(case)
+        self.missing_factors = tuple(f for f in cfg.factors if needs_annotation(f))
+        if self.missing_factors:
+            logger.warning(
+                "%s: factors %s need annotation that plain text does not have; they are "
+                "unknown for every word (strategy %s)",
+                path,
+                list(self.missing_factors),
+                self.strategy,
+            )
+
+    # -- words ------------------------------------------------------------------------------------
+    def _token(self, word: str) -> str:
+        return self._lm.token(PlainWord(word))
+
+    def _known(self, word: str) -> bool:
+        return self._lm.is_known(self._token(word))
+
+    def _mapping(self, sentences: Sequence[Sequence[str]]) -> Callable[[str], str]:
+        if self._map is None:
+            self._case = choose_case((w for s in sentences for w in s), self._known)
+            self._map = case_function(self._case)
+        return self._map
+
+    @property
+    def case(self) -> str:
+        return self._case
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        fn = self._mapping(sentences)
+        return [np.array([not self._known(fn(w)) for w in s], dtype=bool) for s in sentences]
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def _score_rows(self, history: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """ln P(target | history) per row, each distinct row computed once."""
+        n = len(targets)
+        if n == 0:
+            return np.zeros(0)
+        rows = np.concatenate([history.reshape(n, -1), targets[:, None]], axis=1)
+        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
+        enc = EncodedTokens(
+            unique[:, :-1].reshape(len(unique), *history.shape[1:]),
+            unique[:, -1].copy(),
+            np.zeros(len(unique)),
+            np.zeros(len(unique), dtype=bool),
+            (len(unique),),
+        )
+        scores = self._lm.score_encoded(enc, self.strategy, self._batch_size)
+        return scores[inverse.reshape(-1)]
+
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        # Contexts are accepted for the common contract; an FNLM has no context variables.
+        if not sentences:
+            return []
+        fn = self._mapping(sentences)
+        enc = self._lm.encode([words_of_text(fn(w) for w in s) for s in sentences])
+        flat = self._score_rows(enc.history, enc.targets) + enc.log_extra
+        bounds = np.cumsum((0, *enc.lengths))
+        return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        return np.array([lp.sum() for lp in self.token_logprobs(sentences, contexts)])
+
+    # -- streaming --------------------------------------------------------------------------------
+    def start(self, context: Context | None = None) -> FNLMState:
+        k = len(self._lm.config.factors)
+        return FNLMState(((0,) * k,) * (self._lm.config.order - 1))  # <s> padding
+
+    def advance(
+        self, states: Sequence[FNLMState], tokens: Sequence[str]
+    ) -> tuple[np.ndarray, list[FNLMState]]:
+        if len(states) != len(tokens):
+            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
+        if not tokens:
+            return np.zeros(0), []
+        fn = self._map or case_function("none")
+        words = [PlainWord(t if t == EOS else fn(t)) for t in tokens]
+        targets, extra = [], []
+        for w in words:
+            unit, ext, _ = self._lm.target(w.form if w.form == EOS else self._lm.token(w))
+            targets.append(unit)
+            extra.append(ext)
+        history = np.array([s.history for s in states], dtype=np.int64)
+        scores = self._score_rows(history, np.array(targets, dtype=np.int64)) + np.array(extra)
+        ids = self._lm.encoder.encode(words)
+        new_states = [
+            FNLMState((tuple(int(x) for x in ids[i]), *s.history[:-1]))
+            for i, s in enumerate(states)
+        ]
+        return scores, new_states
+
+    def __repr__(self) -> str:
+        cfg = self._lm.config
+        return (
+            f"FNLMLanguageModel({str(self.path)!r}, factors={list(cfg.factors)}, "
+            f"order={cfg.order}, strategy={self.strategy!r}, case={self._case!r})"
+        )
+
+
+def load_fnlm_lm(spec: LMSpec, options: Mapping[str, Any]) -> FNLMLanguageModel:
+    """The ``fnlm`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, strategy)."""
+    return FNLMLanguageModel(
+        spec.path,
+        name=spec.name,
+        case=options.get("case", "auto"),
+        device=options.get("device"),
+        strategy=options.get("strategy"),
+    )

@@ -1,0 +1,437 @@
+"""ONNX exports of the context LSTM behind the LanguageModel contract (``onnx:MODEL.onnx``).
+
+:class:`OnnxLM` runs a file written by ``rescorer export`` (:mod:`export.exporter`) with ONNX
+Runtime and numpy only -- no torch, no :mod:`lm_models` -- so it works wherever ONNX Runtime does.
+Everything it needs is in the file's metadata properties and the vocabulary file beside it
+(metadata ``vocab_file``):
+
+* ``export_kind`` decides how it scores. A sentence scorer (``scorer``, ``multi-scorer``) gives
+  the per-token log-probabilities directly; a step model (``step``, ``multi``) is run over the
+  padded sentences from a zero state and the targets' log-probabilities are picked from its
+  ``log_softmax`` output. Streaming (:meth:`OnnxLM.start` / :meth:`OnnxLM.advance`, and
+  :meth:`OnnxLM.next_logprobs` for the whole next-token distribution) needs a step model; a
+  scorer raises ValueError naming the file.
+* Sentences are scored in batches of one context and similar length (sorted by context id,
+  then length; at most ``batch_tokens`` padded positions per run), padded with ``</s>``. A batch
+  of one context lets a multi-context FactorCell export take its shared-weight path.
+* Words map to ids through the vocabulary with the case mapping and ``<unk>`` for unknown words,
+  exactly as for ``torch:`` models (:class:`rescorer.lms.word_vocab.WordVocab`).
+* Context records are normalised by the rules of ``torch:`` models
+  (:class:`rescorer.core.context_key.ContextKeys`: unknown fields ignored, unseen values missing).
+  A multi-context export maps a record to the ``context_id`` of the identical record in its
+  metadata ``contexts`` list; a record that is not there gets context 0 (the expected context)
+  with a warning logged once. A single-context export has its context folded in: records that
+  differ from it are scored with it anyway, with a warning logged once.
+
+Execution provider: ``device`` ``auto`` (default) uses CUDA when ONNX Runtime can, else the CPU;
+``cpu`` and ``cuda`` / ``cuda:N`` force one. The GPU build of ONNX Runtime lists CUDA even on a
+machine without a GPU, so ``auto`` decides from the providers the created session actually got
+and logs one line when it falls back to the CPU; ``cuda`` that cannot be had is a ValueError.
+
+All scores are natural-log probabilities.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.format import (
+    INPUTS,
+    OUTPUTS,
+)
+from export.runtime import OnnxMeta, create_session
+from rescorer.core.context_key import ContextKey, ContextKeys
+from rescorer.lms.contract import Context, LMSpec
+from rescorer.lms.word_vocab import WordVocab
+from rescorer.text import CASE_MODES
+
+logger = logging.getLogger(__name__)
+
+STEP_CACHE = 64  # single-state step outputs kept for prediction (see OnnxLM._step)
+DEFAULT_BATCH_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class OnnxLMState:
+    """A streaming state: the LSTM state before the pending input token, and the context.
+
+    ``h`` and ``m`` are (layers, d) float32 arrays; ``token`` is the id of the input not yet
+    consumed (``<s>`` at the start, then the last scored token).
+    """
+
+    context_id: int
+    h: np.ndarray
+    m: np.ndarray
+    token: int
+
+
+class OnnxLM:
+    """An ONNX export (:mod:`export.exporter`) behind the LanguageModel contract.
+
+    ``path`` is the ``.onnx`` file (its vocabulary file is found through the metadata);
+    ``device`` ``auto`` / None, ``cpu``, ``cuda`` or ``cuda:N``; ``case`` maps words into the
+    vocabulary (``auto`` decides from the first sentences scored); ``batch_tokens`` caps the
+    padded positions of one run (memory is about ``batch_tokens * vocab_size`` floats);
+    ``threads`` sets ONNX Runtime's intra-op threads (default: its own choice).
+    """
+
+    units = "word"
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        case: str = "auto",
+        device: str | None = None,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        threads: int | None = None,
+    ) -> None:
+        path = Path(path)
+        if case not in CASE_MODES:
+            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
+        if batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be >= 1, got {batch_tokens}")
+        if not path.is_file():
+            raise ValueError(f"ONNX model file not found: {path}")
+        self.session, self.device = create_session(path, device, threads)
+        props = dict(self.session.get_modelmeta().custom_metadata_map)
+        self.meta = OnnxMeta.from_props(props, path)
+        self._check_signature(path)
+        self.name = name or path.name.split(".")[0] or "onnx"
+        self.path = path
+        self.batch_tokens = batch_tokens
+        tokens = self._read_vocab(path)
+        self.vocab_tokens: tuple[str, ...] = tuple(tokens)
+        self._vocab = WordVocab(tokens, case, unk_id=self.meta.unk_id)
+        self._keys = ContextKeys(self.meta.fields, self.name, logger)
+        self._ids: dict[ContextKey, int] = {}
+        for i, record in enumerate(self.meta.contexts):
+            self._ids.setdefault(self._keys.key(record), i)
+        self._folded = self._keys.key(self.meta.contexts[0])
+        self._step_cache: OrderedDict[int, tuple[OnnxLMState, np.ndarray, np.ndarray, np.ndarray]]
+        self._step_cache = OrderedDict()
+        logger.info(
+            "loaded ONNX %s export %s on %s (%d context(s))",
+            self.meta.kind,
+            path,
+            self.device,
+            len(self.meta.contexts),
+        )
+
+    def _check_signature(self, path: Path) -> None:
+        inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        kind = self.meta.kind
+        if inputs != INPUTS[kind] or outputs != OUTPUTS[kind]:
+            raise ValueError(
+                f"{path}: a {kind!r} export must have inputs {INPUTS[kind]} and outputs "
+                f"{OUTPUTS[kind]}, got {inputs} and {outputs}"
+            )
+
+    def _read_vocab(self, path: Path) -> list[str]:
+        vocab_path = path.parent / self.meta.vocab_file
+        if not vocab_path.is_file():
+            raise ValueError(
+                f"{path}: its vocabulary file {vocab_path} is missing (metadata vocab_file); "
+                f"an export is the .onnx file plus that file"
+            )
+        try:
+            text = vocab_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{vocab_path}: not UTF-8: {err}") from None
+        tokens = text.split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+        if len(tokens) != self.meta.vocab_size:
+            raise ValueError(
+                f"{vocab_path}: has {len(tokens)} tokens but {path.name} says "
+                f"vocab_size={self.meta.vocab_size}"
+            )
+        return tokens
+
+    # -- vocabulary and case ---------------------------------------------------------------------
+    @property
+    def case(self) -> str:
+        """The case mapping in use (``auto`` until the first sentences decided it)."""
+        return self._vocab.case
+
+    def to_units(self, words: Sequence[str]) -> list[str]:
+        """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
+        return self._vocab.to_units(words)
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self._vocab.oov_flags(sentences)
+
+    # -- contexts --------------------------------------------------------------------------------
+    @property
+    def contexts(self) -> tuple[dict[str, Any], ...]:
+        """The export's context records, in context_id order."""
+        return self.meta.contexts
+
+    def context_key(self, record: Context | None) -> ContextKey:
+        """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
+        return self._keys.key(record)
+
+    def _context_id(self, key: ContextKey) -> int:
+        if not self.meta.multi:
+            if key != self._folded:
+                self._keys.log_once(
+                    logging.WARNING,
+                    ("folded", repr(key)),
+                    "%s: exported for the context %s; context %s is scored with it",
+                    self.name,
+                    dict(self._folded) or "(expected)",
+                    dict(key) or "(expected)",
+                )
+            return 0
+        cid = self._ids.get(key)
+        if cid is None:
+            self._keys.log_once(
+                logging.WARNING,
+                ("unknown", repr(key)),
+                "%s: context %s is not one of the %d exported; using context 0 (expected)",
+                self.name,
+                dict(key),
+                len(self.meta.contexts),
+            )
+            return 0
+        return cid
+
+    def context_ids(self, n: int, contexts: Sequence[Context | None] | None) -> np.ndarray:
+        """The context_id of each of ``n`` sentences (int64, (n,))."""
+        if contexts is None:
+            return np.zeros(n, dtype=np.int64)
+        keys = self._keys.keys(n, contexts)
+        cache: dict[ContextKey, int] = {}
+        out = np.empty(n, dtype=np.int64)
+        for i, key in enumerate(keys):
+            cid = cache.get(key)
+            if cid is None:
+                cid = cache[key] = self._context_id(key)
+            out[i] = cid
+        return out
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def _batches(
+        self, order: Sequence[int], lengths: Sequence[int], cids: np.ndarray
+    ) -> list[list[int]]:
+        """Runs of ``order`` with at most ``batch_tokens`` padded positions and one context."""
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            width = lengths[i] + 2  # <s> words </s>
+            if current and (
+                (len(current) + 1) * width > self.batch_tokens or cids[i] != cids[current[0]]
+            ):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        """Natural-log probability of each word and of the final ``</s>``, per sentence."""
+        ids = self._vocab.ids(sentences)
+        cids = self.context_ids(len(ids), contexts)
+        if not ids:
+            return []
+        lengths = [len(s) for s in ids]
+        # By context, then by length: a batch of one context runs the graph's shared-weight
+        # path (multi-context FactorCell exports gather W' once instead of once per row).
+        order = sorted(range(len(ids)), key=lambda i: (cids[i], lengths[i]))
+        out: list[np.ndarray] = [np.empty(0)] * len(ids)
+        for batch in self._batches(order, lengths, cids):
+            for i, values in zip(
+                batch, self._score_batch([ids[i] for i in batch], cids[batch]), strict=True
+            ):
+                out[i] = values
+        return out
+
+    def _score_batch(self, rows: Sequence[Sequence[int]], cids: np.ndarray) -> list[np.ndarray]:
+        meta = self.meta
+        n = len(rows)
+        width = max(len(r) for r in rows) + 2
+        x = np.full((n, width), meta.pad_id, dtype=np.int64)  # <s> w1 .. wn </s> pad..
+        x[:, 0] = meta.sos_id
+        for j, r in enumerate(rows):
+            x[j, 1 : 1 + len(r)] = r
+            x[j, 1 + len(r)] = meta.eos_id
+        lens = np.array([len(r) + 2 for r in rows], dtype=np.int64)
+        if meta.scorer:
+            feed = {"x": x, "x_lens": lens}
+            if meta.multi:
+                feed["context_id"] = cids
+            (scores,) = self.session.run(["token_logprobs"], feed)  # (n, L-1)
+        else:
+            zeros = np.zeros((meta.num_layers, n, meta.hidden_size), dtype=np.float32)
+            feed = {"x": np.ascontiguousarray(x[:, :-1]), "h0": zeros, "c0": zeros}
+            if meta.multi:
+                feed["context_id"] = cids
+            (log_probs,) = self.session.run(["log_softmax"], feed)  # (n, L-1, V)
+            scores = np.take_along_axis(log_probs, x[:, 1:, None], axis=2)[..., 0]  # (n, L-1)
+        return [scores[j, : len(r) + 1].astype(np.float64) for j, r in enumerate(rows)]
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        return np.array(
+            [lp.sum() for lp in self.token_logprobs(sentences, contexts)], dtype=np.float64
+        )
+
+    # -- streaming -------------------------------------------------------------------------------
+    def _need_step(self) -> None:
+        if self.meta.scorer:
+            raise ValueError(
+                f"{self.path}: a {self.meta.kind!r} export scores whole sentences only; "
+                f"start/advance need a step model (rescorer export --kind step or multi)"
+            )
+
+    def start(self, context: Context | None = None) -> OnnxLMState:
+        """The state before the first word; ``context`` None: context 0, without a warning."""
+        self._need_step()
+        cid = 0 if context is None else int(self.context_ids(1, [context])[0])
+        zeros = np.zeros((self.meta.num_layers, self.meta.hidden_size), dtype=np.float32)
+        return OnnxLMState(cid, zeros, zeros, self.meta.sos_id)
+
+    def advance(
+        self, states: Sequence[OnnxLMState], tokens: Sequence[str]
+    ) -> tuple[np.ndarray, list[OnnxLMState]]:
+        """Score ``tokens[i]`` after ``states[i]``: natural-log probs and the next states.
+
+        Tokens are words (case-mapped as in :meth:`token_logprobs`) or ``</s>``.
+        """
+        self._need_step()
+        if len(states) != len(tokens):
+            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
+        for i, state in enumerate(states):
+            if not isinstance(state, OnnxLMState):
+                raise ValueError(
+                    f"state {i}: expected an OnnxLMState from start()/advance(), "
+                    f"got {type(state).__name__}"
+                )
+        if not states:
+            return np.empty(0, dtype=np.float64), []
+        target = np.array(self._vocab.token_ids(tokens), dtype=np.int64)
+        log_probs, h, m = self._step(states)  # (N, V), (layers, N, d) x 2
+        out = log_probs[np.arange(len(states)), target].astype(np.float64)
+        new_states = [
+            OnnxLMState(s.context_id, h[:, j].copy(), m[:, j].copy(), int(target[j]))
+            for j, s in enumerate(states)
+        ]
+        return out, new_states
+
+    def _step(self, states: Sequence[OnnxLMState]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Consume each state's pending token: log-probs (N, V) and the next h, m (layers, N, d).
+
+        The outputs of the last :data:`STEP_CACHE` single-state steps are kept (keyed by the
+        state object), so prediction, which asks :meth:`next_logprobs` and then :meth:`advance`
+        of the same state, runs the network once per typed word.
+        """
+        if len(states) == 1:
+            hit = self._step_cache.get(id(states[0]))
+            if hit is not None and hit[0] is states[0]:
+                return hit[1], hit[2], hit[3]
+        feed = {
+            "x": np.array([[s.token] for s in states], dtype=np.int64),  # (N, 1)
+            "h0": np.stack([s.h for s in states], axis=1),  # (layers, N, d)
+            "c0": np.stack([s.m for s in states], axis=1),
+        }
+        if self.meta.multi:
+            feed["context_id"] = np.array([s.context_id for s in states], dtype=np.int64)
+        log_probs, h, m = self.session.run(None, feed)  # (N, 1, V), (layers, N, d) x 2
+        log_probs = log_probs[:, 0]
+        if len(states) == 1:
+            self._step_cache[id(states[0])] = (states[0], log_probs, h, m)
+            if len(self._step_cache) > STEP_CACHE:
+                self._step_cache.popitem(last=False)
+        return log_probs, h, m
+
+    # -- next-word distributions (the optional extension used by rescorer.predict) ------------
+    def vocabulary(self) -> tuple[str, ...]:
+        """The model's tokens, in id order (``next_logprobs`` indexes them)."""
+        return self.vocab_tokens
+
+    def next_logprobs(self, state: OnnxLMState) -> np.ndarray:
+        """Natural-log probabilities of every token of :meth:`vocabulary` after ``state``."""
+        self._need_step()
+        if not isinstance(state, OnnxLMState):
+            raise ValueError(f"expected an OnnxLMState, got {type(state).__name__}")
+        return self._step([state])[0][0].astype(np.float64)
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxLM({str(self.path)!r}, kind={self.meta.kind!r}, vocab={self.meta.vocab_size}, "
+            f"device={self.device!r}, case={self.case!r})"
+        )
+
+
+def load_onnx_lm(spec: LMSpec, options: Mapping[str, Any]) -> OnnxLM:
+    """The ``onnx`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, batch_tokens)."""
+    return OnnxLM(
+        spec.path,
+        name=spec.name,
+        case=options.get("case", "auto"),
+        device=options.get("device"),
+        batch_tokens=options.get("batch_tokens", DEFAULT_BATCH_TOKENS),
+    )
+
+
+@dataclass(frozen=True)
+class PerplexityChange:
+    """Perplexities of a float32 model and its int8 model on the same text."""
+
+    # Perplexity (natural-log based, </s> included) of the float32 model.
+    ppl_fp32: float
+    # Perplexity of the int8 model.
+    ppl_int8: float
+    # Tokens scored (words + one </s> per sentence).
+    tokens: int
+    # Largest absolute difference of a token log-probability between the two (nats).
+    max_token_diff: float
+
+    @property
+    def relative_change(self) -> float:
+        """(ppl_int8 - ppl_fp32) / ppl_fp32."""
+        return (self.ppl_int8 - self.ppl_fp32) / self.ppl_fp32
+
+    def describe(self) -> str:
+        return (
+            f"perplexity {self.ppl_fp32:.3f} (float32) -> {self.ppl_int8:.3f} (int8), "
+            f"{100 * self.relative_change:+.2f}% over {self.tokens} tokens; largest token "
+            f"log-prob change {self.max_token_diff:.4f} nats"
+        )
+
+
+def perplexity_change(
+    fp32: str | os.PathLike[str],
+    int8: str | os.PathLike[str],
+    sentences: Sequence[Sequence[str]],
+    contexts: Sequence[Mapping[str, Any] | None] | None = None,
+    device: str | None = "cpu",
+) -> PerplexityChange:
+    """Score ``sentences`` with both models (word level, ``</s>`` included)."""
+    if not sentences:
+        raise ValueError("perplexity_change: expected some sentences, got none")
+    a = OnnxLM(fp32, device=device).token_logprobs(sentences, contexts)
+    b = OnnxLM(int8, device=device).token_logprobs(sentences, contexts)
+    tokens = sum(len(x) for x in a)
+    total_a = sum(float(x.sum()) for x in a)
+    total_b = sum(float(x.sum()) for x in b)
+    diff = max(float(abs(x - y).max()) for x, y in zip(a, b, strict=True))
+    return PerplexityChange(math.exp(-total_a / tokens), math.exp(-total_b / tokens), tokens, diff)

@@ -1,0 +1,377 @@
+"""Neural language models of :mod:`lm_models` behind the LanguageModel contract (``torch:DIR``).
+
+:class:`TorchLM` loads a checkpoint folder (see :mod:`lm_models.checkpoint`) and scores word
+sequences with it. Words map to ids through the checkpoint's vocabulary (after the case mapping,
+as for KenLM); a word not in it is scored as ``<unk>`` and flagged by :meth:`TorchLM.oov_flags`.
+
+How a batch of sentences is scored (the N-best lists of many utterances at once):
+
+1. Sentences are grouped by their context record. Each distinct context gets its adapted weights
+   once (``ContextLSTM.adapt`` of that one record: W' = W + A, b', and the output bias
+   b_out + Q c + one-hot biases -- exactly what ``ContextLSTM.lock`` folds into a plain model,
+   without copying the embeddings), so the per-token cost is that of an unadapted LSTM. The
+   weights are cached per context (least recently used ones are dropped beyond ``max_contexts``).
+2. Within a group the sentences are inserted into a prefix tree (trie): one node per distinct
+   prefix ``<s> w1 .. wk``. The tree is run breadth-first, one depth at a time: all nodes of one
+   depth (across sentences and utterances) go through one length-1 ``forward`` call, their
+   parents' states gathered from the previous depth's output. A node's output distribution scores
+   its children's words and, for sentences that end there, ``</s>``. So the shared prefixes of
+   N-best hypotheses are computed once. :attr:`TorchLM.stats` counts the LSTM steps computed
+   against the steps of a per-sentence run (``len(words) + 1`` each).
+
+Context records are mappings of field -> value (``{"genre": "news"}``) or None, normalised by
+:class:`rescorer.core.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
+does not declare are ignored (logged once); a categorical value it never saw in training is
+treated as missing (logged once), as training does (:func:`lm_models.lstm.train.context_record`);
+missing fields use the model's expected context embedding.
+
+All scores are natural-log probabilities.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lm_models.checkpoint import load_checkpoint
+from lm_models.lstm.model import AdaptedWeights, ContextLSTM
+from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
+from rescorer.core.context_key import ContextKey, ContextKeys
+from rescorer.core.device import resolve_device
+from rescorer.lms.contract import Context, LMSpec
+from rescorer.lms.word_vocab import WordVocab
+from rescorer.text import CASE_MODES
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_NODES = 2048
+DEFAULT_MAX_CONTEXTS = 256
+
+
+@dataclass(frozen=True)
+class SharingStats:
+    """LSTM steps computed by :meth:`TorchLM.token_logprobs` vs. steps without prefix sharing."""
+
+    # Sentences scored.
+    sentences: int = 0
+    # LSTM steps run: one per distinct prefix (the start node included) per context group.
+    computed_steps: int = 0
+    # Steps a sentence-by-sentence run would take: len(words) + 1 per sentence.
+    naive_steps: int = 0
+
+    @property
+    def saved_fraction(self) -> float:
+        """Fraction of the naive steps that sharing avoided (0 when nothing was scored)."""
+        return 1.0 - self.computed_steps / self.naive_steps if self.naive_steps else 0.0
+
+    def describe(self) -> str:
+        return (
+            f"{self.computed_steps} of {self.naive_steps} LSTM steps computed for "
+            f"{self.sentences} sentences ({100 * self.saved_fraction:.1f}% saved by prefix sharing)"
+        )
+
+
+@dataclass(frozen=True)
+class TorchLMState:
+    """A streaming state: the LSTM state before the pending input token, and the context.
+
+    ``h`` and ``m`` are (layers, d) tensors; ``token`` is the id of the input not yet consumed
+    (``<s>`` at the start, then the last scored token). :meth:`TorchLM.advance` runs one step on
+    it and scores the next token with the resulting distribution.
+    """
+
+    context: ContextKey
+    h: Tensor
+    m: Tensor
+    token: int
+
+
+class TorchLM:
+    """A :class:`lm_models.lstm.model.ContextLSTM` checkpoint behind the LanguageModel contract.
+
+    ``path`` is a checkpoint folder; ``device`` None or ``auto`` picks CUDA when available;
+    ``case`` maps words into the vocabulary (``auto`` decides from the first sentences scored);
+    ``batch_nodes`` caps the prefix-tree nodes in one forward call (memory is about
+    ``batch_nodes * vocab_size`` floats); ``max_contexts`` caps the cached adapted weights.
+    """
+
+    units = "word"
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        case: str = "auto",
+        device: str | torch.device | None = None,
+        batch_nodes: int = DEFAULT_BATCH_NODES,
+        max_contexts: int = DEFAULT_MAX_CONTEXTS,
+    ) -> None:
+        path = Path(path)
+        if case not in CASE_MODES:
+            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
+        if batch_nodes < 1:
+            raise ValueError(f"batch_nodes must be >= 1, got {batch_nodes}")
+        if max_contexts < 1:
+            raise ValueError(f"max_contexts must be >= 1, got {max_contexts}")
+        if not path.is_dir():
+            raise ValueError(f"torch model checkpoint folder not found: {path}")
+        self.device = resolve_device(device)
+        logger.info("loading torch checkpoint %s on %s", path, self.device)
+        model, tokens, meta = load_checkpoint(path, self.device)
+        if not isinstance(model, ContextLSTM):
+            raise ValueError(
+                f"{path}: a {type(model).__name__} checkpoint; TorchLM scores ContextLSTM models"
+            )
+        if tuple(tokens[:3]) != SPECIAL_TOKENS:
+            raise ValueError(
+                f"{path}: vocabulary must start with {list(SPECIAL_TOKENS)}, got {tokens[:3]}"
+            )
+        self._model = model.eval()
+        self.meta = meta
+        self.name = name or path.name.split(".")[0] or "torch"
+        self.path = path
+        self.vocab_tokens: tuple[str, ...] = tuple(tokens)
+        self._vocab = WordVocab(tokens, case)
+        self.batch_nodes = batch_nodes
+        self.max_contexts = max_contexts
+        self._contexts = ContextKeys(model.config.context_vars, self.name, logger)
+        self._weights: OrderedDict[ContextKey, AdaptedWeights] = OrderedDict()
+        self._sentences = self._computed = self._naive = 0
+
+    # -- vocabulary and case ---------------------------------------------------------------------
+    @property
+    def model(self) -> ContextLSTM:
+        """The loaded model (eval mode)."""
+        return self._model
+
+    @property
+    def case(self) -> str:
+        """The case mapping in use (``auto`` until the first sentences decided it)."""
+        return self._vocab.case
+
+    def to_units(self, words: Sequence[str]) -> list[str]:
+        """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
+        return self._vocab.to_units(words)
+
+    def _ids(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
+        return self._vocab.ids(sentences)
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self._vocab.oov_flags(sentences)
+
+    # -- contexts --------------------------------------------------------------------------------
+    def context_key(self, record: Context | None) -> ContextKey:
+        """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
+        return self._contexts.key(record)
+
+    def _adapted(self, key: ContextKey) -> AdaptedWeights:
+        weights = self._weights.get(key)
+        if weights is not None:
+            self._weights.move_to_end(key)
+            return weights
+        with torch.inference_mode():
+            if self._model.adaptive:
+                weights = self._model.adapt([dict(key)])
+            else:
+                weights = self._model.adapt(None)
+        self._weights[key] = weights
+        if len(self._weights) > self.max_contexts:
+            self._weights.popitem(last=False)
+        return weights
+
+    def _keys(self, n: int, contexts: Sequence[Context | None] | None) -> list[ContextKey]:
+        return self._contexts.keys(n, contexts)
+
+    # -- scoring ---------------------------------------------------------------------------------
+    @property
+    def stats(self) -> SharingStats:
+        """Totals of every :meth:`token_logprobs` call since loading (or :meth:`reset_stats`)."""
+        return SharingStats(self._sentences, self._computed, self._naive)
+
+    def reset_stats(self) -> None:
+        self._sentences = self._computed = self._naive = 0
+
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        """Natural-log probability of each word and of the final ``</s>``, per sentence."""
+        ids = self._ids(sentences)
+        keys = self._keys(len(ids), contexts)
+        if not ids:
+            return []
+        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum([len(s) + 1 for s in ids], out=offsets[1:])
+        flat = np.empty(int(offsets[-1]), dtype=np.float64)
+        groups: dict[ContextKey, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        with torch.inference_mode():
+            for key, members in groups.items():
+                self._score_group(self._adapted(key), ids, members, offsets, flat)
+        self._sentences += len(ids)
+        self._naive += int(offsets[-1])
+        return [flat[offsets[i] : offsets[i + 1]].copy() for i in range(len(ids))]
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        return np.array(
+            [lp.sum() for lp in self.token_logprobs(sentences, contexts)], dtype=np.float64
+        )
+
+    def _score_group(
+        self,
+        weights: AdaptedWeights,
+        ids: Sequence[Sequence[int]],
+        members: Sequence[int],
+        offsets: np.ndarray,
+        flat: np.ndarray,
+    ) -> None:
+        """Score the sentences ``members`` of ``ids`` under one context, writing into ``flat``.
+
+        Depth ``k`` of the tree holds the distinct prefixes of ``k`` words. ``parents[k][j]`` is
+        the index (in depth ``k - 1``) of node ``j``'s parent and ``inputs[k][j]`` its last word
+        (``<s>`` for the root). ``targets[k]`` lists ``(node, target id, flat position)`` for
+        every sentence position scored by a node of depth ``k``.
+        """
+        parents: list[list[int]] = [[0]]
+        inputs: list[list[int]] = [[BOS_ID]]
+        children: list[dict[tuple[int, int], int]] = [{}]
+        rows: list[list[int]] = [[]]
+        tgts: list[list[int]] = [[]]
+        pos: list[list[int]] = [[]]
+        for s in members:
+            words = ids[s]
+            base = int(offsets[s])
+            node = 0
+            for depth, tok in enumerate(words):
+                rows[depth].append(node)
+                tgts[depth].append(tok)
+                pos[depth].append(base + depth)
+                nxt_depth = depth + 1
+                if nxt_depth == len(parents):
+                    parents.append([])
+                    inputs.append([])
+                    children.append({})
+                    rows.append([])
+                    tgts.append([])
+                    pos.append([])
+                level = children[nxt_depth]
+                child = level.get((node, tok))
+                if child is None:
+                    child = len(parents[nxt_depth])
+                    level[(node, tok)] = child
+                    parents[nxt_depth].append(node)
+                    inputs[nxt_depth].append(tok)
+                node = child
+            rows[len(words)].append(node)
+            tgts[len(words)].append(EOS_ID)
+            pos[len(words)].append(base + len(words))
+
+        model, device = self._model, self.device
+        layers, hidden = model.config.num_layers, model.config.hidden_dim
+        dtype = model.b_out.dtype
+        h_prev = torch.zeros(layers, 1, hidden, dtype=dtype, device=device)
+        m_prev = torch.zeros_like(h_prev)
+        for depth in range(len(parents)):
+            n_nodes = len(parents[depth])
+            self._computed += n_nodes
+            par = torch.tensor(parents[depth], dtype=torch.long, device=device)
+            inp = torch.tensor(inputs[depth], dtype=torch.long, device=device).unsqueeze(1)
+            # Targets of this depth sorted by node, so each chunk of nodes takes a slice.
+            r = np.asarray(rows[depth], dtype=np.int64)
+            order = np.argsort(r, kind="stable")
+            r = r[order]
+            t = np.asarray(tgts[depth], dtype=np.int64)[order]
+            p = np.asarray(pos[depth], dtype=np.int64)[order]
+            h_out, m_out = [], []
+            for a in range(0, n_nodes, self.batch_nodes):
+                b = min(n_nodes, a + self.batch_nodes)
+                idx = par[a:b]
+                state = (h_prev[:, idx], m_prev[:, idx])
+                log_probs, (h, m) = model(inp[a:b], None, state, adapted=weights)  # (n, 1, V)
+                h_out.append(h)
+                m_out.append(m)
+                lo, hi = np.searchsorted(r, [a, b])
+                if hi > lo:
+                    sel_rows = torch.as_tensor(r[lo:hi] - a, device=device)
+                    sel_tgts = torch.as_tensor(t[lo:hi], device=device)
+                    vals = log_probs[:, 0][sel_rows, sel_tgts]
+                    flat[p[lo:hi]] = vals.double().cpu().numpy()
+            h_prev = torch.cat(h_out, dim=1) if len(h_out) > 1 else h_out[0]
+            m_prev = torch.cat(m_out, dim=1) if len(m_out) > 1 else m_out[0]
+
+    # -- streaming -------------------------------------------------------------------------------
+    def start(self, context: Context | None = None) -> TorchLMState:
+        key = self.context_key(context)
+        cfg = self._model.config
+        zeros = torch.zeros(
+            cfg.num_layers, cfg.hidden_dim, dtype=self._model.b_out.dtype, device=self.device
+        )
+        return TorchLMState(key, zeros, zeros, BOS_ID)
+
+    def advance(
+        self, states: Sequence[TorchLMState], tokens: Sequence[str]
+    ) -> tuple[np.ndarray, list[TorchLMState]]:
+        """Score ``tokens[i]`` after ``states[i]``: natural-log probs and the next states.
+
+        Tokens are words (case-mapped as in :meth:`token_logprobs`; with ``case="auto"`` not yet
+        decided, the first call's tokens decide it) or ``</s>``.
+        """
+        if len(states) != len(tokens):
+            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
+        target_ids = self._vocab.token_ids(tokens)
+        out = np.empty(len(tokens), dtype=np.float64)
+        new_states: list[TorchLMState | None] = [None] * len(tokens)
+        groups: dict[ContextKey, list[int]] = {}
+        for i, state in enumerate(states):
+            if not isinstance(state, TorchLMState):
+                raise ValueError(
+                    f"state {i}: expected a TorchLMState from start()/advance(), "
+                    f"got {type(state).__name__}"
+                )
+            groups.setdefault(state.context, []).append(i)
+        with torch.inference_mode():
+            for key, members in groups.items():
+                h0 = torch.stack([states[i].h for i in members], dim=1)  # (layers, n, d)
+                m0 = torch.stack([states[i].m for i in members], dim=1)
+                inp = torch.tensor(
+                    [[states[i].token] for i in members], dtype=torch.long, device=self.device
+                )
+                log_probs, (h, m) = self._model(inp, None, (h0, m0), adapted=self._adapted(key))
+                tgt = torch.tensor([target_ids[i] for i in members], device=self.device)
+                vals = log_probs[:, 0].gather(1, tgt.unsqueeze(1)).squeeze(1)
+                out[members] = vals.double().cpu().numpy()
+                for j, i in enumerate(members):
+                    new_states[i] = TorchLMState(key, h[:, j], m[:, j], target_ids[i])
+        return out, new_states  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        cfg = self._model.config
+        return (
+            f"TorchLM({str(self.path)!r}, mode={cfg.mode!r}, vocab={cfg.vocab_size}, "
+            f"device={str(self.device)!r}, case={self.case!r})"
+        )
+
+
+def load_torch_lm(spec: LMSpec, options: Mapping[str, Any]) -> TorchLM:
+    """The ``torch`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, batch_nodes)."""
+    return TorchLM(
+        spec.path,
+        name=spec.name,
+        case=options.get("case", "auto"),
+        device=options.get("device"),
+        batch_nodes=options.get("batch_nodes", DEFAULT_BATCH_NODES),
+    )

@@ -1,0 +1,276 @@
+"""Keystroke simulation (rescorer.keyboard) on sentences counted by hand, and its CLI.
+
+The convention (module docstring of rescorer.keyboard): every word costs its letters and one
+space without prediction; with prediction, a tap on a shown suggestion enters the word and its
+space (1 keystroke) after the j letters typed so far.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner, Result
+
+from rescorer.cli.main import main
+from rescorer.core.errors import InputError
+from rescorer.keyboard import (
+    KeyboardOptions,
+    SentenceResult,
+    compare_systems,
+    evaluate,
+    read_sentence_results,
+    read_sentences,
+    sentence_baseline,
+    simulate_sentence,
+    word_keystrokes,
+)
+from rescorer.lms.kenlm import KenLM
+from rescorer.predict import KenLMNextWord, Predictor
+
+START = "<start>"
+
+
+class TableModel:
+    """A NextWordModel from a hand-written table: the distribution depends on the last word."""
+
+    name = "table"
+
+    def __init__(self, words: Sequence[str], table: Mapping[str, Mapping[str, float]]) -> None:
+        self.words = tuple(words)
+        self.table = table
+        self.steps: list[str] = []
+
+    def vocabulary(self) -> Sequence[str]:
+        return self.words
+
+    def start(self, context: object = None) -> str:
+        return START
+
+    def step(self, state: str, word: str) -> str:
+        self.steps.append(word)
+        return word
+
+    def next_logprobs(self, state: str) -> np.ndarray:
+        probs = self.table.get(state, {})
+        return np.log([probs.get(w, 1e-6) for w in self.words])
+
+
+WORDS = ["i", "in", "its", "on", "one", "way", "we", "will", "with"]
+TABLE = {
+    # before "on": i .30, we .20, one .15, on .10, then .05 each (alphabetical among ties)
+    START: {"i": 0.30, "we": 0.20, "one": 0.15, "on": 0.10, "in": 0.05, "its": 0.05,
+            "will": 0.05, "with": 0.05, "way": 0.05},
+    "on": {"its": 0.40, "i": 0.10, "way": 0.10, "we": 0.10},
+    # "way" ties with "i" at .10 and comes after it alphabetically: rank 5
+    "its": {"we": 0.30, "will": 0.20, "with": 0.15, "way": 0.10, "i": 0.10},
+}  # fmt: skip
+
+
+@pytest.fixture()
+def table_predictor() -> Predictor:
+    return Predictor(TableModel(WORDS, TABLE))
+
+
+def test_word_keystrokes_by_hand() -> None:
+    # a 3-letter word first shown (rank 1) after 2 letters: w, a, tap = 3
+    assert word_keystrokes(3, [None, 4, 1], 1) == 3
+    assert word_keystrokes(3, [None, 4, 1], 5) == 2  # rank 4 after one letter: w, tap
+    assert word_keystrokes(3, [5, 4, 1], 5) == 1  # shown before any letter: tap
+    assert word_keystrokes(3, [None, None, None], 5) == 4  # never: 3 letters + space
+    assert word_keystrokes(2, [None], 1) == 3  # stopped early = not shown later
+    assert word_keystrokes(1, [None, 1], 1) == 2  # a rank after the last letter is ignored
+    assert sentence_baseline(["on", "its", "way"]) == 11
+
+
+def test_on_its_way_counted_by_hand(table_predictor: Predictor) -> None:
+    """ "on its way" (baseline 3 + 4 + 4 = 11), ranks read off TABLE:
+
+    on:  before any letter rank 4 (i, we, one, on); after "o" rank 2 (one, on)
+         k=1: never first -> o n space = 3; k=3: o tap = 2; k=5: tap = 1
+    its: rank 1 before any letter -> 1 for every k
+    way: before any letter rank 5 (we, will, with, i, way: tie with i, alphabetical);
+         after "w" rank 4 (we, will, with, way); after "wa" rank 1
+         k=1 and k=3: w a tap = 3; k=5: tap = 1
+    used: k=1 3+1+3 = 7, k=3 2+1+3 = 6, k=5 1+1+1 = 3.
+    Before the first letter: top-1 and top-3 hit only "its"; MRR (1/4 + 1 + 1/5) / 3.
+    """
+    options = KeyboardOptions(ks=(1, 3, 5), accuracy_ks=(1, 3))
+    r = simulate_sentence(table_predictor, "s1", ["on", "its", "way"], options=options)
+    assert r.baseline == 11
+    assert dict(r.keystrokes) == {1: 7, 3: 6, 5: 3}
+    assert dict(r.hits) == {1: 1, 3: 1}
+    assert r.reciprocal_rank == pytest.approx(1 / 4 + 1 + 1 / 5)
+    assert r.oov == 0
+    assert r.ks(1) == pytest.approx(4 / 11)
+    assert r.ks(3) == pytest.approx(5 / 11)
+    assert r.ks(5) == pytest.approx(8 / 11)
+
+
+def test_oov_word_costs_letters_and_space(table_predictor: Predictor) -> None:
+    # "zebra" is not in the vocabulary: 5 letters + space for every k, rank 0 in MRR.
+    # "on" first: k=1 3, k=3 2 (as above).
+    r = simulate_sentence(
+        table_predictor, "s2", ["on", "zebra"], options=KeyboardOptions(ks=(1, 3), accuracy_ks=(1,))
+    )
+    assert r.baseline == 3 + 6
+    assert dict(r.keystrokes) == {1: 3 + 6, 3: 2 + 6}
+    assert r.oov == 1
+    assert r.reciprocal_rank == pytest.approx(1 / 4)
+
+
+def test_case_is_mapped_and_lengths_count_as_typed(table_predictor: Predictor) -> None:
+    # the vocabulary is lower case: "On" is "on"; its letters count as typed (2)
+    r = simulate_sentence(table_predictor, "s", ["On", "ITS"], options=KeyboardOptions(ks=(1,)))
+    assert r.baseline == 3 + 4
+    assert r.keystrokes[1] == 3 + 1
+
+
+def test_history_is_the_intended_words(table_predictor: Predictor) -> None:
+    model = table_predictor.model
+    assert isinstance(model, TableModel)
+    simulate_sentence(table_predictor, "s", ["on", "its", "way"])
+    assert model.steps == ["on", "its"]  # one model step per word; none after the last
+
+
+def test_evaluate_totals_and_latency(table_predictor: Predictor) -> None:
+    sentences = [("a", ("on", "its", "way")), ("b", ("on", "zebra"))]
+    ev = evaluate(table_predictor, sentences, options=KeyboardOptions(ks=(1, 3)))
+    rep = ev.report
+    assert rep.sentences == 2 and rep.words == 5 and rep.oov == 1
+    assert rep.baseline == 11 + 9
+    assert dict(rep.keystrokes) == {1: 7 + 9, 3: 6 + 8}
+    assert rep.ks(1) == pytest.approx(1 - 16 / 20)
+    assert rep.accuracy(1) == pytest.approx(1 / 5)
+    assert rep.mrr == pytest.approx((1 / 4 + 1 + 1 / 5 + 1 / 4) / 5)
+    assert rep.latency.count > 0 and rep.latency.p95_ms >= rep.latency.p50_ms >= 0
+    assert rep.word_start_latency.count == 5  # one list at the start of every word
+    assert rep.latency_cpu.count == rep.latency.count and rep.word_start_latency_cpu.count == 5
+    assert [r.id for r in ev.sentences] == ["a", "b"]
+
+
+def test_kenlm_bigram_by_hand(tiny_arpa: Path) -> None:
+    """The tiny bigram of conftest (log10): after <s> a 0.5, b 10^(-0.30103-0.52288) = 0.15;
+    after a: b 0.4, a 10^(-0.1-0.52288); after b: a and b tie at 10^(-0.2-0.52288).
+
+    "a b": a first, then b first: 1 + 1 = 2 of 4 -> KS 0.5 at every k.
+    "b a": b second before any letter (k=1: 1 letter + space = 2; k=3: 1); then a (tie with b,
+    alphabetical) first: 1. k=1: 3 of 4, k=3: 2 of 4.
+    """
+    lm = KenLM(tiny_arpa)
+    predictor = Predictor(KenLMNextWord(lm, ["a", "b"]))
+    opts = KeyboardOptions(ks=(1, 3), accuracy_ks=(1,))
+    ab = simulate_sentence(predictor, "ab", ["a", "b"], options=opts)
+    ba = simulate_sentence(predictor, "ba", ["b", "a"], options=opts)
+    assert dict(ab.keystrokes) == {1: 2, 3: 2}
+    assert dict(ba.keystrokes) == {1: 3, 3: 2}
+    assert dict(ba.hits) == {1: 1}
+    assert ba.reciprocal_rank == pytest.approx(1 / 2 + 1)
+    lp = predictor.session().sorted_logprobs()
+    assert lp == pytest.approx([math.log(0.5), (-0.30103 - 0.52288) * math.log(10)])
+
+
+def test_options_validation() -> None:
+    with pytest.raises(ValueError, match="ks"):
+        KeyboardOptions(ks=(0, 1))
+    assert KeyboardOptions(ks=(5, 1, 1)).ks == (1, 5)
+
+
+# -- files and comparison -------------------------------------------------------------------------
+
+
+def test_read_sentences_formats(tmp_path: Path) -> None:
+    tsv = tmp_path / "t.txt"
+    tsv.write_text("m1\tthanks i will\nm2\t  \nm3\ton its way \n", encoding="utf-8")
+    assert read_sentences(tsv) == [("m1", ("thanks", "i", "will")), ("m3", ("on", "its", "way"))]
+    plain = tmp_path / "p.txt"
+    plain.write_text("on its way\n\nsee you\n", encoding="utf-8")
+    assert read_sentences(plain) == [("1", ("on", "its", "way")), ("3", ("see", "you"))]
+    assert read_sentences(plain, "kaldi") == [("on", ("its", "way")), ("see", ("you",))]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("m1\ta b\nm1\tc d\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"bad.txt:2: duplicate sentence id 'm1'"):
+        read_sentences(bad)
+    cols = tmp_path / "cols.txt"
+    cols.write_text("m1\ta\tb\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"cols.txt:1: expected 'id<TAB>sentence'"):
+        read_sentences(cols)
+
+
+def _result(sid: str, baseline: int, used: int) -> SentenceResult:
+    return SentenceResult(sid, 2, baseline, {1: used}, {1: 0}, 0.0, 0)
+
+
+def test_compare_systems_counts_and_direction() -> None:
+    a = [_result(f"s{i}", 10, 8) for i in range(12)]
+    b = [_result(f"s{i}", 10, 8 - (i < 10)) for i in range(12)]  # B saves one on 10 sentences
+    cmp = compare_systems(a, list(reversed(b)), 1, names=("A", "B"))
+    assert cmp.n == 12 and cmp.b_better == 10 and cmp.b_worse == 0
+    assert cmp.ks_a == pytest.approx(0.2) and cmp.ks_b == pytest.approx(1 - 86 / 120)
+    assert cmp.matched_pairs.statistic > 0 and cmp.verdict == "better"
+    assert cmp.sign.p_value == pytest.approx(2 / 1024)  # 10 of 10, two-sided
+    assert cmp.bootstrap.observed == pytest.approx(-10 / 120)  # used_B - used_A over baseline
+    assert "B is better than A" in cmp.summary()
+    with pytest.raises(InputError, match="missing id"):
+        compare_systems(a, b[:-1], 1)
+    with pytest.raises(InputError, match="baseline"):
+        compare_systems(a, [_result(f"s{i}", 11, 8) for i in range(12)], 1)
+
+
+def test_sentence_results_round_trip(tmp_path: Path) -> None:
+    from rescorer.keyboard import write_sentence_results
+
+    r = SentenceResult("x", 3, 11, {1: 7, 3: 6}, {1: 1}, 1.45, 0)
+    path = tmp_path / "r.jsonl"
+    write_sentence_results(path, [r])
+    assert read_sentence_results(path) == [r]
+    path.write_text('{"id": "x"}\n', encoding="utf-8")
+    with pytest.raises(InputError, match=r"r.jsonl:1: not a per-sentence keyboard result"):
+        read_sentence_results(path)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+
+
+def run(args: Sequence[object], input: str | None = None) -> Result:
+    return CliRunner().invoke(main, ["-q", *map(str, args)], input=input, catch_exceptions=False)
+
+
+def test_cli_keyboard_eval_and_compare(tiny_arpa: Path, tmp_path: Path) -> None:
+    text = tmp_path / "test.tsv"
+    text.write_text("ab\ta b\nba\tb a\n", encoding="utf-8")
+    out = tmp_path / "per.jsonl"
+    report = tmp_path / "report.json"
+    res = run(
+        ["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "1,3",
+         "--accuracy", "1", "--per-sentence", out, "--report", report]
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "k=1 37.50%, k=3 50.00%" in res.output  # (2 + 3) of 8 and (2 + 2) of 8 used
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["baseline"], r["keystrokes"]) for r in rows] == [
+        ("ab", 4, {"1": 2, "3": 2}),
+        ("ba", 4, {"1": 3, "3": 2}),
+    ]
+    rep = json.loads(report.read_text())
+    assert rep["ks"] == {"1": 0.375, "3": 0.5} and rep["accuracy"] == {"1": 0.75}
+    assert rep["latency_ms"]["count"] > 0
+    res = run(["keyboard-compare", out, out, "-k", "1"])
+    assert res.exit_code == 0 and "difference per.jsonl - per.jsonl +0.00 points" in res.output
+    res = run(["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "--compare", out])
+    assert res.exit_code == 0 and res.output.count("verdict") == 2  # k = 1, 3 (no 5 in `out`)
+
+
+def test_cli_keyboard_eval_bad_input(tiny_arpa: Path, tmp_path: Path) -> None:
+    text = tmp_path / "bad.tsv"
+    text.write_text("a\ta b\nb\tb\ta\n", encoding="utf-8")
+    res = run(["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text])
+    assert res.exit_code == 2
+    assert "bad.tsv:2: expected 'id<TAB>sentence'" in res.output
+    assert "Traceback" not in res.output
+    res = run(["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "0"])
+    assert res.exit_code == 2
