@@ -29,7 +29,6 @@ perplexity decides which epoch's weights are kept. All log-likelihoods are natur
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
@@ -49,6 +48,7 @@ from lm_models.cue.model import (
     render_context,
     unigram_distributions,
 )
+from lm_models.training import FitOptions, Step, fit
 from lm_models.vocab import Vocabulary
 from rescorer.core.device import resolve_device
 
@@ -315,37 +315,40 @@ def _fit(
         optimizer, max_lr=opts.lr, total_steps=total + 1, pct_start=0.1
     )
     initial = dev()
-    best, best_epoch = initial, 0
-    best_state = copy.deepcopy(model.state_dict())
-    logs = []
-    for epoch in range(1, opts.epochs + 1):
-        set_mode()
-        t0, loss_sum, count = time.perf_counter(), 0.0, 0
-        for n, (loss, k) in enumerate(steps(gen)):
-            if opts.max_steps is not None and n >= opts.max_steps:
-                break
-            optimizer.zero_grad(set_to_none=True)
-            (loss / max(k, 1)).backward()
-            torch.nn.utils.clip_grad_norm_(params, opts.clip)
-            optimizer.step()
-            schedule.step()
-            loss_sum += float(loss.detach())
-            count += k
-        value = dev()
-        logs.append(EpochLog(epoch, loss_sum / max(count, 1), value, time.perf_counter() - t0))
-        logger.info("%s epoch %d: train %.4f, dev %.3f", what, epoch, logs[-1].train_loss, value)
-        if value < best:
-            best, best_epoch = value, epoch
-            best_state = copy.deepcopy(model.state_dict())
-    model.load_state_dict(best_state)
-    model.eval()
+
+    def step(out: tuple[Tensor, int]) -> Step:
+        loss, k = out
+        return Step(loss / max(k, 1), loss.detach(), k)
+
+    fit_options = FitOptions(
+        epochs=opts.epochs,
+        patience=None,
+        max_steps_per_epoch=opts.max_steps,
+        grad_clip=opts.clip,
+        progress=False,
+        name=what,
+    )
+    fitted = fit(
+        model,
+        optimizer,
+        step,
+        lambda epoch: steps(gen),
+        dev,
+        fit_options,
+        scheduler=schedule,
+        train_mode=set_mode,
+        initial_dev_ppl=initial,
+    )
     for p in model.parameters():
         p.requires_grad_(False)
     return StageResult(
-        best,
-        best_epoch,
+        fitted.best_dev_ppl,
+        fitted.best_epoch,
         initial,
-        tuple(logs),
+        tuple(
+            EpochLog(e.epoch, e.train_loss, e.dev_ppl, e.seconds + e.dev_seconds)
+            for e in fitted.epochs
+        ),
         sum(p.numel() for p in params),
         time.perf_counter() - t_start,
     )

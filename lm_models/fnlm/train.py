@@ -38,14 +38,13 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from lm_models.conllu import read_conllu
 from lm_models.corpora import read_brown_tagged, split_documents
@@ -59,7 +58,14 @@ from lm_models.fnlm.factors import (
     words_of_text,
 )
 from lm_models.fnlm.model import FNLM, FactoredLM, FNLMConfig, flattening_weights, unk_share
-from lm_models.lstm.train import BestKeeper, SectionedConfig, config_training_main
+from lm_models.training import (
+    DevResult,
+    FitOptions,
+    SectionedConfig,
+    Step,
+    config_training_main,
+    fit,
+)
 from lm_models.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
 from lm_models.word_classes import brown_classes, frequency_classes
 from rescorer.core.device import resolve_device
@@ -377,45 +383,38 @@ def train_fnlm(
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(opts.seed)
-    keeper = BestKeeper(model, opts.patience, opts.lr_decay)
-    log: list[FNLMEpoch] = []
-    for epoch in range(1, opts.epochs + 1):
-        model.train()
+
+    def epoch_batches(epoch: int) -> Iterator[torch.Tensor]:
         perm = torch.randperm(n, generator=gen)
-        starts = range(0, n, opts.batch_size)
-        if opts.max_steps_per_epoch is not None:
-            starts = starts[: opts.max_steps_per_epoch]
-        t0, loss_sum, tokens = time.perf_counter(), 0.0, 0
-        bar = tqdm(starts, desc=f"epoch {epoch}", unit="batch", disable=not progress)
-        for lo in bar:
-            idx = perm[lo : lo + opts.batch_size]
-            hist, tgt, w = history[idx].to(device), targets[idx].to(device), weights[idx].to(device)
-            nll = -(w * model(hist, tgt)).mean()
-            loss = nll + opts.l2 * _l2_penalty(model) if opts.l2 > 0 else nll
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += float(nll.detach()) * len(idx)
-            tokens += len(idx)
-        seconds = time.perf_counter() - t0
+        return (perm[lo : lo + opts.batch_size] for lo in range(0, n, opts.batch_size))
+
+    def step(idx: torch.Tensor) -> Step:
+        hist, tgt, w = history[idx].to(device), targets[idx].to(device), weights[idx].to(device)
+        nll = -(w * model(hist, tgt)).mean()
+        loss = nll + opts.l2 * _l2_penalty(model) if opts.l2 > 0 else nll
+        return Step(loss, float(nll.detach()) * len(idx), len(idx))
+
+    def evaluate() -> DevResult:
         dev_lp = lm.score_encoded(dev)
         no_unk, with_unk = math.exp(-dev_lp[known].mean()), math.exp(-dev_lp.mean())
-        lr = optimizer.param_groups[0]["lr"]
-        log.append(
-            FNLMEpoch(epoch, loss_sum / max(tokens, 1), no_unk, with_unk, tokens, seconds, lr)
+        selected = no_unk if opts.select_by == "no_unk" else with_unk
+        return DevResult(selected, {"no_unk": no_unk, "with_unk": with_unk})
+
+    fit_options = FitOptions.early_stopping(opts, progress, "FNLM")
+    fitted = fit(model, optimizer, step, epoch_batches, evaluate, fit_options)
+    log = [
+        FNLMEpoch(
+            e.epoch,
+            e.train_loss,
+            e.extra["no_unk"],
+            e.extra["with_unk"],
+            e.tokens,
+            e.seconds,
+            e.lr,
         )
-        dev_ppl = no_unk if opts.select_by == "no_unk" else with_unk
-        logger.info(
-            "epoch %d: train loss %.4f, dev ppl no unk %.2f, w/unk %.2f",
-            epoch,
-            log[-1].train_loss,
-            no_unk,
-            with_unk,
-        )
-        if keeper.update(epoch, dev_ppl, optimizer):
-            break
-    keeper.restore()
-    best_ppl, best_epoch = keeper.best_ppl, keeper.best_epoch
+        for e in fitted.epochs
+    ]
+    best_ppl, best_epoch = fitted.best_dev_ppl, fitted.best_epoch
     seconds = time.perf_counter() - t_start
     meta = {
         "best_epoch": best_epoch,

@@ -43,7 +43,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from tqdm import tqdm
 
 from lm_models.corpora import Document, read_brown, read_jsonl, split_documents
 from lm_models.lbl.model import (
@@ -64,7 +63,7 @@ from lm_models.lbl.model import (
     history_windows,
     save_lbl,
 )
-from lm_models.lstm.train import BestKeeper, SectionedConfig, config_training_main
+from lm_models.training import FitOptions, SectionedConfig, Step, config_training_main, fit
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary, build_vocabulary
 from rescorer.core.device import resolve_device
 
@@ -457,38 +456,33 @@ def train_lbl(
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(opts.seed)
-    keeper = BestKeeper(model, opts.patience, opts.lr_decay)
-    log: list[LBLEpoch] = []
-    for epoch in range(1, opts.epochs + 1):
-        model.train()
+
+    def epoch_batches(epoch: int) -> Iterator[Tensor]:
         perm = torch.randperm(n, generator=gen)
-        starts = range(0, n, opts.batch_size)
-        if opts.max_steps_per_epoch is not None:
-            starts = starts[: opts.max_steps_per_epoch]
-        t0, loss_sum, tokens = time.perf_counter(), 0.0, 0
-        bar = tqdm(starts, desc=f"epoch {epoch}", unit="batch", disable=not progress)
-        for lo in bar:
-            idx = perm[lo : lo + opts.batch_size]
-            a = attrs[idx]
-            if opts.attribute_dropout > 0 and a.shape[1]:
-                drop = torch.rand(a.shape, generator=gen) < opts.attribute_dropout
-                a = a.masked_fill(drop & droppable, MISSING)
-            nll = -model(history[idx].to(device), targets[idx].to(device), attrs=a.to(device))
-            loss = nll.mean()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += float(loss.detach()) * len(idx)
-            tokens += len(idx)
-        seconds = time.perf_counter() - t0
-        dev_ppl = perplexity(score_rows(model, dev))
-        lr = optimizer.param_groups[0]["lr"]
-        log.append(LBLEpoch(epoch, loss_sum / max(tokens, 1), dev_ppl, tokens, seconds, lr))
-        logger.info("epoch %d: train loss %.4f, dev ppl %.2f", epoch, log[-1].train_loss, dev_ppl)
-        if keeper.update(epoch, dev_ppl, optimizer):
-            break
-    keeper.restore()
-    best_ppl, best_epoch = keeper.best_ppl, keeper.best_epoch
+        return (perm[lo : lo + opts.batch_size] for lo in range(0, n, opts.batch_size))
+
+    def step(idx: Tensor) -> Step:
+        a = attrs[idx]
+        if opts.attribute_dropout > 0 and a.shape[1]:
+            drop = torch.rand(a.shape, generator=gen) < opts.attribute_dropout
+            a = a.masked_fill(drop & droppable, MISSING)
+        nll = -model(history[idx].to(device), targets[idx].to(device), attrs=a.to(device))
+        loss = nll.mean()
+        return Step(loss, float(loss.detach()) * len(idx), len(idx))
+
+    fit_options = FitOptions.early_stopping(opts, progress, "LBL")
+    fitted = fit(
+        model,
+        optimizer,
+        step,
+        epoch_batches,
+        lambda: perplexity(score_rows(model, dev)),
+        fit_options,
+    )
+    log = [
+        LBLEpoch(e.epoch, e.train_loss, e.dev_ppl, e.tokens, e.seconds, e.lr) for e in fitted.epochs
+    ]
+    best_ppl, best_epoch = fitted.best_dev_ppl, fitted.best_epoch
     seconds = time.perf_counter() - t_start
     meta = {
         "best_epoch": best_epoch,

@@ -16,24 +16,21 @@ gradients (NCCL on GPUs, gloo on CPUs).
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import math
 import os
 import shutil
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from tqdm import tqdm
 
 from lm_models.batching import Batch, Example, bucket_batches, collate
 from lm_models.checkpoint import load_checkpoint, save_checkpoint
@@ -49,6 +46,7 @@ from lm_models.corpora import (
 from lm_models.lstm.context import ContextVariable
 from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
+from lm_models.training import BestKeeper, EpochRecord, FitOptions, SectionedConfig, Step, fit
 from lm_models.vocab import Vocabulary, build_vocabulary
 from rescorer.core.device import resolve_device
 
@@ -126,96 +124,6 @@ class TrainOptions:
     grad_clip: float = 5.0
     # Stop an epoch after this many optimizer steps (None: the whole epoch); for smoke tests.
     max_steps_per_epoch: int | None = None
-
-
-def options_from_json(kind: type, values: Mapping[str, Any] | None, what: str) -> Any:
-    """The options dataclass ``kind`` from a JSON object; unknown keys are a ValueError."""
-    values = dict(values or {})
-    known = {f.name for f in fields(kind)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} option(s) {unknown}; expected some of {sorted(known)}")
-    return kind(**values)
-
-
-class BestKeeper:
-    """Early stopping for the in-memory trainers (FNLM, LBL): keep the best weights by dev
-    perplexity; after ``patience`` epochs without improvement stop, and after each epoch that
-    did not improve multiply the learning rate by ``lr_decay``."""
-
-    def __init__(self, model: nn.Module, patience: int, lr_decay: float) -> None:
-        self.model = model
-        self.patience = patience
-        self.lr_decay = lr_decay
-        self.best_ppl = math.inf
-        self.best_epoch = 0
-        self._bad = 0
-        self._state = copy.deepcopy(model.state_dict())
-
-    def update(self, epoch: int, dev_ppl: float, optimizer: torch.optim.Optimizer) -> bool:
-        """Record ``epoch``'s dev perplexity; True when training should stop."""
-        if dev_ppl < self.best_ppl:
-            self.best_ppl, self.best_epoch, self._bad = dev_ppl, epoch, 0
-            self._state = copy.deepcopy(self.model.state_dict())
-            return False
-        self._bad += 1
-        if self._bad >= self.patience:
-            return True
-        for group in optimizer.param_groups:
-            group["lr"] *= self.lr_decay
-        return False
-
-    def restore(self) -> None:
-        """Load the best weights back into the model (eval mode)."""
-        self.model.load_state_dict(self._state)
-        self.model.eval()
-
-
-_Config = TypeVar("_Config", bound="SectionedConfig")
-
-
-class SectionedConfig:
-    """A training config of three JSON sections, ``data`` (required), ``model`` and ``train``.
-
-    Mixed into frozen dataclasses whose fields ``data``, ``model``, ``train`` are option
-    dataclasses; each section is built with :func:`options_from_json` (unknown keys are errors).
-    Subclasses check what spans sections in :meth:`validate`.
-    """
-
-    @classmethod
-    def from_json(cls: type[_Config], data: Any) -> _Config:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        unknown = sorted(set(data) - {"data", "model", "train"})
-        if unknown:
-            raise ValueError(f"unknown config section(s) {unknown}; expected data, model, train")
-        if "data" not in data:
-            raise ValueError('config needs a "data" section')
-        kinds = get_type_hints(cls)
-        sections = {
-            f.name: options_from_json(kinds[f.name], data.get(f.name), f.name)
-            for f in fields(cls)  # type: ignore[arg-type]
-        }
-        cfg = cls(**sections)
-        cfg.validate()
-        return cfg
-
-    def validate(self) -> None:
-        """Checks across sections (ValueError); none by default."""
-
-    @classmethod
-    def load(cls: type[_Config], path: str | Path) -> _Config:
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: cannot read the training config ({err})") from None
-        try:
-            return cls.from_json(raw)
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: asdict(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -505,80 +413,90 @@ def train(
 
     use_amp = opts.amp and device.type == "cuda"
     lengths = [len(e) for e in data.train]
-    for epoch in range(state["epoch"] + 1, opts.epochs + 1):
-        if state["bad_epochs"] >= opts.patience:
-            break
-        model.train()
+    epoch_gen: list[torch.Generator] = []  # the current epoch's generator (sampled softmax)
+
+    def epoch_batches(epoch: int) -> list[list[int]]:
         batches = bucket_batches(lengths, opts.batch_tokens, seed=opts.seed * 1000 + epoch)
         per_rank = len(batches) // world
         batches = batches[rank * per_rank : (rank + 1) * per_rank]  # equal shares: no hang
-        if opts.max_steps_per_epoch is not None:
-            batches = batches[: opts.max_steps_per_epoch]
-        gen = torch.Generator().manual_seed(opts.seed * 1000 + epoch)
-        t0, tokens, loss_sum, steps = time.perf_counter(), 0, 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}", unit="batch", disable=not (progress and is_main))
-        for idxs in bar:
-            batch: Batch = collate([data.train[i] for i in idxs], pad_id).to(device)
-            records = list(batch.records) if model.adaptive else None
-            samples = sampler.sample(gen).to(device) if sampler is not None else None
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-                loss = loss_module(
-                    batch.inputs,
-                    batch.targets,
-                    batch.mask().float(),
-                    records,
-                    samples,
-                    log_expected,
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if opts.grad_clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), opts.grad_clip)
-            optimizer.step()
-            tokens += batch.num_tokens
-            loss_sum += float(loss.detach())
-            steps += 1
-            bar.set_postfix(
-                loss=f"{loss_sum / steps:.3f}", tok_s=f"{tokens / (time.perf_counter() - t0):.0f}"
+        epoch_gen[:] = [torch.Generator().manual_seed(opts.seed * 1000 + epoch)]
+        return batches
+
+    def step(idxs: list[int]) -> Step:
+        batch: Batch = collate([data.train[i] for i in idxs], pad_id).to(device)
+        records = list(batch.records) if model.adaptive else None
+        samples = sampler.sample(epoch_gen[0]).to(device) if sampler is not None else None
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+            loss = loss_module(
+                batch.inputs,
+                batch.targets,
+                batch.mask().float(),
+                records,
+                samples,
+                log_expected,
             )
-        seconds = time.perf_counter() - t0
+        return Step(loss, loss.detach(), 1, batch.num_tokens)
+
+    def evaluate_dev() -> float:
         total, dev_tokens = evaluate(model, data.dev, device, opts.batch_tokens, pad_id)
-        dev_ppl = math.exp(-total / max(dev_tokens, 1))
         if world > 1:  # every rank evaluates the whole dev set: keep them in step
             dist.barrier()
+        return math.exp(-total / max(dev_tokens, 1))
+
+    def end_epoch(record: EpochRecord, keeper: BestKeeper) -> None:
+        tokens = record.tokens * world
         log = EpochLog(
-            epoch,
-            loss_sum / max(steps, 1),
-            dev_ppl,
-            tokens * world,
-            seconds,
-            tokens * world / max(seconds, 1e-9),
-        )
-        logger.info(
-            "epoch %d: train loss %.4f, dev ppl %.2f, %.0f tokens/s",
-            epoch,
-            log.train_loss,
-            dev_ppl,
-            log.tokens_per_second,
+            record.epoch,
+            record.train_loss,
+            record.dev_ppl,
+            tokens,
+            record.seconds,
+            tokens / max(record.seconds, 1e-9),
         )
         state["log"].append(asdict(log))
-        state["epoch"] = epoch
-        improved = dev_ppl < state["best_dev_ppl"]
-        if improved:
-            state.update(best_dev_ppl=dev_ppl, best_epoch=epoch, bad_epochs=0)
-        else:
-            state["bad_epochs"] += 1
+        state.update(
+            epoch=record.epoch,
+            best_dev_ppl=keeper.best_ppl,
+            best_epoch=keeper.best_epoch,
+            bad_epochs=keeper.bad_epochs,
+        )
         if is_main:
             meta = {
-                "epoch": epoch,
-                "dev_ppl": dev_ppl,
+                "epoch": record.epoch,
+                "dev_ppl": record.dev_ppl,
                 "config": cfg.to_json(),
                 "device": str(device),
                 "world_size": world,
             }
-            if improved:
+            if keeper.best_epoch == record.epoch:
                 save_checkpoint(best, model, data.vocab.tokens, meta)
             _save_last(last, model, optimizer, data.vocab.tokens, meta, state)
+
+    fit(
+        model,
+        optimizer,
+        step,
+        epoch_batches,
+        evaluate_dev,
+        FitOptions(
+            epochs=opts.epochs,
+            patience=opts.patience,
+            max_steps_per_epoch=opts.max_steps_per_epoch,
+            grad_clip=opts.grad_clip if opts.grad_clip > 0 else None,
+            progress=progress and is_main,
+            name="LSTM",
+        ),
+        start_epoch=state["epoch"] + 1,
+        keeper=BestKeeper(
+            model,
+            opts.patience,
+            best_ppl=state["best_dev_ppl"],
+            best_epoch=state["best_epoch"],
+            bad_epochs=state["bad_epochs"],
+            keep_weights=False,  # the best checkpoint is on disk (best/)
+        ),
+        on_epoch_end=end_epoch,
+    )
     if world > 1:
         dist.barrier()
     return TrainResult(
@@ -613,39 +531,6 @@ def _save_last(
     staging.rename(last)
     if old.exists():
         shutil.rmtree(old)
-
-
-def config_training_main(
-    argv: Sequence[str] | None,
-    prog: str,
-    description: str | None,
-    load_config: Callable[[Path], Any],
-    run: Callable[[Any, Path, Path, bool], Any],
-) -> None:
-    """The ``python -m`` entry point shared by the trainers that take ``CONFIG --out DIR``.
-
-    ``load_config(path)`` raises ValueError on a bad file (reported as one line);
-    ``run(config, data_dir, out_dir, progress)`` returns a result with ``best_dev_ppl`` and
-    ``best_epoch``.
-    """
-    from rescorer.core.data import default_data_dir
-
-    ap = argparse.ArgumentParser(prog=prog, description=description)
-    ap.add_argument("config", type=Path)
-    ap.add_argument("--data-dir", type=Path, default=None)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--quiet", action="store_true")
-    args = ap.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        cfg = load_config(args.config)
-    except ValueError as err:
-        ap.exit(2, f"error: {err}\n")  # bad input: one line, exit status 2
-    result = run(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
-    logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.options import EXISTING_FILE, MODEL_DIR, InputFailure, handle_errors
+from rescorer.cli.options import (
+    EXISTING_FILE,
+    MODEL_DIR,
+    InputFailure,
+    device_option,
+    handle_errors,
+    out_option,
+)
 from rescorer.contexts import read_contexts
 from rescorer.core.io import atomic_write
 
@@ -25,14 +32,10 @@ from rescorer.core.io import atomic_write
     required=True,
     help="Per-utterance context records (JSONL or TSV, as for rescore --contexts).",
 )
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help='JSONL to write: {"utt": ID, "strings": [...], "cue": [floats]} per utterance.',
+@out_option(
+    'JSONL to write: {"utt": ID, "strings": [...], "cue": [floats]} per utterance.', required=True
 )
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @handle_errors
 def cue_vectors(model_dir: Path, contexts_path: Path, out_path: Path, device: str) -> None:
     """Precompute the CUE vector of each utterance's context, once (the input of an ONNX export).
@@ -66,13 +69,7 @@ def cue_vectors(model_dir: Path, contexts_path: Path, out_path: Path, device: st
 
 @click.command(name="cue-export")
 @click.option("--model", "model_dir", type=MODEL_DIR, required=True, help="A CUE checkpoint.")
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="The .onnx file to write (its vocabulary goes beside it as .vocab.txt).",
-)
+@out_option("The .onnx file to write (its vocabulary goes beside it as .vocab.txt).", required=True)
 @click.option("--check/--no-check", default=True, show_default=True, help="Parity with PyTorch.")
 @handle_errors
 def cue_export(model_dir: Path, out_path: Path, check: bool) -> None:

@@ -14,27 +14,19 @@ from rescorer.cli.options import (
     InputFailure,
     LMSpecType,
     config_trainer_options,
+    device_option,
     handle_errors,
+    lm_case_option,
+    out_option,
+    read_text_sentences,
     run_config_trainer,
+    text_format_option,
 )
-from rescorer.core.io import read_lines
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel, LMSpec
 from rescorer.lms.mixture import MixtureSpec, em_weights, relative_spec
-from rescorer.refs import read_references
-from rescorer.text import CASE_MODES
 
 STRATEGY_NAMES = ("null", "all", "tail", "least")  # = lm_models.fnlm.factors.STRATEGIES
-
-
-def _sentences(path: Path, text_format: str) -> list[tuple[str, ...]]:
-    if text_format == "plain":
-        sentences = [tuple(line.split()) for _, line in read_lines(path) if line.strip()]
-    else:
-        sentences = list(read_references(path, text_format).values())
-    if not sentences:
-        raise InputFailure(f"{path}: no sentences")
-    return sentences
 
 
 # -- fnlm-train -----------------------------------------------------------------------------------
@@ -100,7 +92,7 @@ def fnlm_train(
     multiple=True,
     help="Unknown-factor strategies to evaluate (repeatable; default: all four).",
 )
-@click.option("--device", default="cpu", show_default=True)
+@device_option()
 @handle_errors
 def fnlm_eval(
     model_dir: Path,
@@ -162,28 +154,16 @@ def fnlm_eval(
     help="A component [NAME=]KIND:PATH (repeat for each; same units, word models).",
 )
 @click.option("--text", "text_path", type=EXISTING_FILE, required=True, help="Dev text.")
-@click.option(
-    "--text-format",
-    type=click.Choice(["plain", "kaldi", "trn"]),
-    default="plain",
-    show_default=True,
-    help="plain: words only; kaldi: 'uttid words'; trn: sclite.",
-)
-@click.option("--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True)
+@text_format_option
+@lm_case_option()
 @click.option(
     "--with-oov",
     is_flag=True,
     help="Fit on every token; by default tokens whose word some component does not know are "
     "left out (SRILM's ppl output leaves OOVs out).",
 )
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Mixture file to write (JSON), usable as --lm mix:OUT.",
-)
-@click.option("--device", default=None, help="Device of torch models.")
+@out_option("Mixture file to write (JSON), usable as --lm mix:OUT.", required=True)
+@device_option(None, "Device of torch models.")
 @handle_errors
 def mix_weights(
     lm_specs: tuple[LMSpec, ...],
@@ -207,7 +187,7 @@ def mix_weights(
     """
     if len(lm_specs) < 2:
         raise click.UsageError("give at least two --lm components to mix")
-    sentences = _sentences(text_path, text_format)
+    sentences = list(read_text_sentences(text_path, text_format).values())
     options = {} if device is None else {"device": device}
     columns, keep = [], None
     for spec in lm_specs:

@@ -18,7 +18,9 @@ from rescorer.cli.options import (
     LMSpecType,
     NumberList,
     handle_errors,
+    lm_case_option,
     load_contexts,
+    out_option,
     quiet,
 )
 from rescorer.core.io import atomic_write
@@ -43,7 +45,6 @@ from rescorer.predict import (
     read_requests,
     read_word_list,
 )
-from rescorer.text import CASE_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +58,8 @@ def prediction_options(fn: F) -> F:
         default=None,
         help="Device of torch models: cpu, cuda, ... (default: CUDA when available).",
     )(fn)
-    fn = click.option(
-        "--lm-case",
-        type=click.Choice(CASE_MODES),
-        default="auto",
-        show_default=True,
-        help="Case mapping of typed words into the vocabulary (auto: from the vocabulary).",
+    fn = lm_case_option(
+        help="Case mapping of typed words into the vocabulary (auto: from the vocabulary)."
     )(fn)
     fn = click.option(
         "--vocab",
@@ -142,13 +139,7 @@ def _context_fields(items: Sequence[str]) -> dict[str, str] | None:
     default=None,
     help="Batch mode: lines 'history words[<TAB>partial word[<TAB>{context JSON}]]'.",
 )
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Batch mode: write the JSONL suggestions here (default: stdout).",
-)
+@out_option("Batch mode: write the JSONL suggestions here (default: stdout).")
 @handle_errors
 def predict_cmd(
     lm_specs: tuple[LMSpec, ...],

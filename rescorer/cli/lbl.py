@@ -18,7 +18,9 @@ from rescorer.cli.options import (
     MODEL_DIR,
     InputFailure,
     config_trainer_options,
+    device_option,
     handle_errors,
+    out_option,
     run_config_trainer,
 )
 from rescorer.core.errors import InputError
@@ -120,14 +122,8 @@ def lbl_train(
     default=None,
     help="Use at most this many tokens of each text (its first ones).",
 )
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write one JSON line per text: id, vector, loss curve, nearest training values.",
-)
-@click.option("--device", default="cpu", show_default=True)
+@out_option("Write one JSON line per text: id, vector, loss curve, nearest training values.")
+@device_option()
 @handle_errors
 def lbl_infer(
     model_dir: Path,

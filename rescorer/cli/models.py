@@ -12,21 +12,24 @@ import click
 from export.format import KINDS as EXPORT_KINDS
 from rescorer.cli.options import (
     EXISTING_FILE,
+    MODEL_DIR,
     InputFailure,
     LMSpecType,
     NumberList,
     context_options,
+    device_option,
     handle_errors,
+    lm_case_option,
     load_contexts,
     quiet,
+    read_text_sentences,
+    text_format_option,
 )
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LMSpec
 from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
-from rescorer.refs import read_references
-from rescorer.text import CASE_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -43,14 +46,8 @@ logger = logging.getLogger(__name__)
     required=True,
     help="Text to evaluate, one sentence per line.",
 )
-@click.option(
-    "--text-format",
-    type=click.Choice(["plain", "kaldi", "trn"]),
-    default="plain",
-    show_default=True,
-    help="plain: words only; kaldi: 'uttid words'; trn: sclite.",
-)
-@click.option("--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True)
+@text_format_option
+@lm_case_option()
 @context_options
 @handle_errors
 def ppl(
@@ -74,16 +71,10 @@ def ppl(
         raise click.UsageError(
             "--context needs utterance ids: use --text-format kaldi or trn (plain has none)"
         )
-    contexts = None
-    if text_format == "plain":
-        sentences = [tuple(line.split()) for _, line in read_lines(text_path) if line.strip()]
-    else:
-        texts = read_references(text_path, text_format)
-        sentences = list(texts.values())
-        by_utt = load_contexts(context_path, list(texts))
-        contexts = None if by_utt is None else [by_utt[utt] for utt in texts]
-    if not sentences:
-        raise InputFailure(f"{text_path}: no sentences")
+    texts = read_text_sentences(text_path, text_format)
+    sentences = list(texts.values())
+    by_utt = None if text_format == "plain" else load_contexts(context_path, list(texts))
+    contexts = None if by_utt is None else [by_utt[utt] for utt in texts]
     lm = load_lm(lm_spec, case=lm_case, **({} if device is None else {"device": device}))
     logps = lm.token_logprobs(sentences, contexts)
     flags = lm.oov_flags(sentences)
@@ -230,15 +221,17 @@ def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: b
 
 # -- classify and inspect (context-aware neural models) ------------------------------------------
 
-
-@click.command()
-@click.option(
+lstm_model_option = click.option(
     "--model",
     "model_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=MODEL_DIR,
     required=True,
     help="A checkpoint folder of `rescorer train`.",
 )
+
+
+@click.command()
+@lstm_model_option
 @click.option(
     "--docs",
     "docs_path",
@@ -247,7 +240,7 @@ def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: b
     help='Documents as JSONL: {"id": ..., "text": ..., "fields": {FIELD: value}}.',
 )
 @click.option("--field", required=True, help="The context field to classify by (e.g. genre).")
-@click.option("--device", default="cpu", show_default=True, help="torch device.")
+@device_option(help="torch device.")
 @handle_errors
 def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
     """Classify documents by a context field with the LM (generative, uniform prior).
@@ -278,13 +271,7 @@ def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
 
 
 @click.command(name="inspect")
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    required=True,
-    help="A checkpoint folder of `rescorer train`.",
-)
+@lstm_model_option
 @click.option("--field", required=True, help="Context field to inspect (e.g. genre).")
 @click.option(
     "--top",

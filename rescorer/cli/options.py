@@ -18,6 +18,7 @@ import click
 
 from rescorer.contexts import check_context_ids, read_contexts
 from rescorer.core.errors import InputError, check_same_ids
+from rescorer.core.io import read_lines
 from rescorer.features import LMFeatureReport, add_lm_scores
 from rescorer.formats import READERS, detect_format, read_nbest
 from rescorer.lms import LOADERS, load_lm, parse_spec
@@ -133,6 +134,54 @@ EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 MODEL_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
+OUT_FILE = click.Path(dir_okay=False, path_type=Path)
+"""A file the command writes (``--out``, ``--per-utt``, ...)."""
+
+TEXT_FORMATS = ("plain", "kaldi", "trn")
+"""Formats of a text to score: words only, Kaldi ``uttid words``, sclite trn."""
+
+text_format_option = click.option(
+    "--text-format",
+    type=click.Choice(TEXT_FORMATS),
+    default="plain",
+    show_default=True,
+    help="plain: words only; kaldi: 'uttid words'; trn: sclite.",
+)
+"""``--text-format`` of the commands that score a text (ppl, fnlm-eval, mix-weights)."""
+
+
+def lm_case_option(help: str | None = None) -> Callable[[F], F]:  # noqa: A002 (click's name)
+    """``--lm-case``: how words are mapped into the models' vocabularies."""
+    return click.option(
+        "--lm-case", type=click.Choice(CASE_MODES), default="auto", show_default=True, help=help
+    )
+
+
+def device_option(default: str | None = "cpu", help: str | None = None) -> Callable[[F], F]:  # noqa: A002
+    """``--device`` of commands that run a torch model (shown when it has a default)."""
+    return click.option("--device", default=default, show_default=default is not None, help=help)
+
+
+def out_option(help: str, required: bool = False, name: str = "out_path") -> Callable[[F], F]:  # noqa: A002
+    """``--out FILE``: where the command writes its result (atomically)."""
+    return click.option("--out", name, type=OUT_FILE, required=required, default=None, help=help)
+
+
+def read_text_sentences(path: Path, text_format: str) -> dict[str, tuple[str, ...]]:
+    """The sentences of a text to score, by utterance id (plain text: by line number).
+
+    Empty lines of a plain text are skipped; a text without a sentence is an input error.
+    """
+    if text_format == "plain":
+        lines = read_lines(path)
+        sentences = {str(n): tuple(line.split()) for n, line in lines if line.strip()}
+    else:
+        sentences = read_references(path, text_format)
+    if not sentences:
+        raise InputFailure(f"{path}: no sentences")
+    return sentences
+
+
 def nbest_options(fn: F) -> F:
     fn = click.option(
         "--format",
@@ -233,12 +282,8 @@ def lm_options(fn: F) -> F:
         show_default=True,
         help="Add each LM's OOV word count as a feature NAME_oov beside its score.",
     )(fn)
-    fn = click.option(
-        "--lm-case",
-        type=click.Choice(CASE_MODES),
-        default="auto",
-        show_default=True,
-        help="Case mapping of words into the LMs' vocabularies (auto: whichever finds more words).",
+    fn = lm_case_option(
+        help="Case mapping of words into the LMs' vocabularies (auto: whichever finds more words)."
     )(fn)
     return click.option(
         "--lm",

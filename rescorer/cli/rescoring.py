@@ -18,6 +18,7 @@ from rescorer.cli.options import (
     load_refs,
     load_speakers,
     nbest_options,
+    out_option,
     ref_options,
     score_with_lms,
 )
@@ -55,13 +56,7 @@ logger = logging.getLogger(__name__)
 @click.option("--init", "init_path", type=EXISTING_FILE, help="Start from these weights (JSON).")
 @click.option("--restarts", type=click.IntRange(min=0), default=10, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Where to write the tuned weights (JSON).",
-)
+@out_option("Where to write the tuned weights (JSON).", required=True)
 @handle_errors
 def tune_cmd(
     nbest_path: Path,
@@ -224,13 +219,7 @@ def rescore(
 @lm_options
 @context_options
 @ref_options(required=False)
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="Where to write the lists with the new features (JSONL).",
-)
+@out_option("Where to write the lists with the new features (JSONL).", required=True)
 @handle_errors
 def score(
     nbest_path: Path,

@@ -190,7 +190,7 @@ def test_ddp_two_cpu_processes_stay_in_sync(tmp_path: Path) -> None:
 def test_best_keeper_stops_decays_and_restores() -> None:
     from torch import nn
 
-    from lm_models.lstm.train import BestKeeper
+    from lm_models.training import BestKeeper
 
     model = nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
