@@ -35,6 +35,8 @@ from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
+POSTFIX_SECONDS = 0.5  # how often the progress bar's loss and tokens/s are updated
+
 # -- configuration ----------------------------------------------------------------------------
 
 
@@ -338,6 +340,7 @@ def fit(
         if total is not None and cap is not None:
             total = min(total, cap)
         t0, loss_sum, count, tokens, steps = time.perf_counter(), 0.0, 0, 0, 0
+        shown = t0
         bar = tqdm(
             batches,
             total=total,
@@ -360,10 +363,13 @@ def fit(
             count += step.count
             tokens += step.count if step.tokens is None else step.tokens
             steps += 1
-            if options.progress:
+            now = time.perf_counter()
+            if options.progress and now - shown >= POSTFIX_SECONDS:
+                shown = now  # the bar redraws by itself; the figures need not change every step
                 bar.set_postfix(
                     loss=f"{loss_sum / max(count, 1):.3f}",
-                    tok_s=f"{tokens / (time.perf_counter() - t0):.0f}",
+                    tok_s=f"{tokens / (now - t0):.0f}",
+                    refresh=False,
                 )
         bar.close()
         seconds = time.perf_counter() - t0
