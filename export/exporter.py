@@ -297,6 +297,11 @@ def lstm_weights(model: ContextLSTM, records: Sequence[Record], multi: bool) -> 
     """
     if not records:
         raise ValueError("expected at least one context record, got none")
+    if model.class_output is not None:
+        raise ValueError(
+            "this model has a class-factored output layer; the ONNX graphs have the full "
+            "softmax only (score it with torch:DIR, or train it with num_classes 0)"
+        )
     if not multi and len(records) != 1:
         raise ValueError(f"a single-context export folds one record, got {len(records)}")
     mode = model.config.mode

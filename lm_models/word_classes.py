@@ -61,6 +61,35 @@ def frequency_classes(counts: Sequence[int], num_classes: int, power: float = 0.
     return _renumber(classes)
 
 
+def shortlist_classes(counts: Sequence[int], shortlist: int, num_clusters: int) -> list[int]:
+    """A class per frequent unit, and a few clusters of the rest (the adaptive softmax layout).
+
+    The ``shortlist`` most frequent units (count > 0; ties by id) are each a class of their own:
+    P(w|h) = P(class w|h), one softmax over them and the clusters, as in the adaptive softmax
+    head (Grave et al. 2017). The other units are cut, in descending count, into
+    ``num_clusters`` clusters of about equal count mass (:func:`frequency_classes` with power
+    1), so rarer clusters are larger and rarer. Units of count 0 go to the last cluster. Class
+    ids are numbered by first appearance in id order.
+    """
+    if shortlist < 0 or num_clusters < 1:
+        raise ValueError(
+            f"expected shortlist >= 0 and num_clusters >= 1, got {shortlist} and {num_clusters}"
+        )
+    c = np.asarray(counts, dtype=np.float64)
+    if c.ndim != 1 or len(c) == 0 or (c < 0).any():
+        raise ValueError("counts must be a non-empty list of non-negative numbers")
+    order = sorted(range(len(c)), key=lambda i: (-c[i], i))
+    head = [i for i in order if c[i] > 0][:shortlist]
+    if len(head) >= len(c):
+        head = head[: len(c) - 1]  # keep one unit for a cluster
+    classes = np.zeros(len(c), dtype=np.int64)
+    classes[head] = np.arange(len(head))
+    tail = np.array(sorted(set(range(len(c))) - set(head)), dtype=np.int64)
+    tail_classes = frequency_classes(c[tail].tolist(), num_clusters, power=1.0)
+    classes[tail] = len(head) + np.asarray(tail_classes, dtype=np.int64)
+    return _renumber(classes)
+
+
 def _xlogx(x: np.ndarray) -> np.ndarray:
     out = np.zeros_like(x, dtype=np.float64)
     pos = x > 0

@@ -53,6 +53,8 @@ from torch.nn import functional as F
 
 from lm_models.checkpoint import register_model_type
 from lm_models.lstm.context import ContextEncoder, ContextVariable
+from lm_models.output import ClassFactoredSoftmax
+from lm_models.vocab import BOS_ID
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +90,20 @@ class LSTMConfig:
     dropout: float = 0.0  # recurrent dropout probability on tanh(i) (Semeniuta et al. 2016)
     io_dropout: float = 0.0  # dropout on input embeddings and top-layer outputs (not in paper)
     tie_embeddings: bool = True  # output embedding E shared with the input one (sec. 2.3)
+    # Class of each word for the class-factored output P(c(w)|h) P(w|c(w),h) (lm_models.output);
+    # empty: the full softmax over V (the paper's output layer).
+    word_classes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "context_vars", tuple(self.context_vars))
+        object.__setattr__(self, "word_classes", tuple(self.word_classes))
+        if self.word_classes and len(self.word_classes) != self.vocab_size:
+            raise ValueError(
+                f"LSTMConfig.word_classes: expected one class per word ({self.vocab_size}), "
+                f"got {len(self.word_classes)}"
+            )
+        if not all(isinstance(c, int) and not isinstance(c, bool) for c in self.word_classes):
+            raise ValueError("LSTMConfig.word_classes must be integers")
         _check_int("vocab_size", self.vocab_size, 1)
         _check_int("embed_dim", self.embed_dim, 1)
         _check_int("hidden_dim", self.hidden_dim, 1)
@@ -356,6 +369,10 @@ class ContextLSTM(nn.Module):
         self.L = nn.Linear(d, e, bias=False) if e != d else None  # eq. 5 projection (e, d)
         self.output_embedding = None if cfg.tie_embeddings else nn.Parameter(torch.empty(vocab, e))
         self.b_out = nn.Parameter(torch.zeros(vocab))  # eq. 5
+        # Class-factored output (exact; only the target's class is normalised in training).
+        self.class_output = (
+            ClassFactoredSoftmax(cfg.word_classes, e, never=(BOS_ID,)) if cfg.word_classes else None
+        )
         self.Q = nn.Parameter(torch.zeros(vocab, k)) if self.adaptive else None  # eq. 6
         # Sec. 2.3: a direct softmax bias per value (a one-hot c) for low-cardinality variables.
         self.one_hot_vars = tuple(v for v in cfg.context_vars if v.one_hot_bias)
@@ -496,7 +513,7 @@ class ContextLSTM(nn.Module):
 
     def _logits(self, h: Tensor, bias: Tensor, vocab_ids: Tensor | None = None) -> Tensor:
         """Eq. 5/6: E L h + bias. h (N, T, d), bias (V,) | (N, V) -> (N, T, V or S)."""
-        out_emb = self.embedding.weight if self.output_embedding is None else self.output_embedding
+        out_emb = self._output_embedding()
         if vocab_ids is not None:
             out_emb = out_emb[vocab_ids]  # (S, e)
             bias = bias[..., vocab_ids]  # (S,) | (N, S)
@@ -521,7 +538,51 @@ class ContextLSTM(nn.Module):
         Returns log_probs (N, T, V) (log p of the token after each position) and the new state.
         """
         h, state, adapted = self._run(tokens, context, state, adapted)
-        return F.log_softmax(self._logits(h, adapted.output_bias), dim=-1), state
+        return self._log_probs(h, adapted.output_bias), state
+
+    def _output_embedding(self) -> Tensor:
+        return self.embedding.weight if self.output_embedding is None else self.output_embedding
+
+    def _log_probs(self, h: Tensor, bias: Tensor) -> Tensor:
+        """Eq. 5/6 normalised: h (N, T, d), bias (V,) | (N, V) -> log p (N, T, V)."""
+        if self.class_output is None:
+            return F.log_softmax(self._logits(h, bias), dim=-1)
+        projected = self.L(h) if self.L is not None else h  # (N, T, e)
+        if bias.dim() == 2:
+            bias = bias.unsqueeze(1)  # (N, 1, V)
+        return self.class_output.log_probs(projected, self._output_embedding(), bias)
+
+    def target_log_probs(
+        self,
+        inputs: Tensor,
+        targets: Tensor,
+        context: ContextLike = None,
+        mask: Tensor | None = None,
+    ) -> Tensor:
+        """Natural-log probability of ``targets`` (N, T) after ``inputs`` (N, T): (N, T).
+
+        Positions outside ``mask`` (N, T) bool are 0. With the full softmax this is the
+        distribution of :meth:`forward` gathered at the targets; with the class-factored output
+        only the targets' classes are computed (the cheap training path, same values).
+        """
+        if self.class_output is None:
+            log_probs, _ = self(inputs, context)  # (N, T, V)
+            picked = log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)
+            return picked if mask is None else torch.where(mask, picked, torch.zeros_like(picked))
+        h, _, adapted = self._run(inputs, context, None, None)
+        projected = self.L(h) if self.L is not None else h  # (N, T, e)
+        if mask is None:
+            mask = torch.ones_like(targets, dtype=torch.bool)
+        rows = mask.nonzero(as_tuple=True)
+        bias = adapted.output_bias
+        if bias.dim() == 2:
+            bias = bias[rows[0]]  # (n, V): each position's sequence's bias
+        picked = self.class_output.log_prob(
+            projected[rows], targets[rows], self._output_embedding(), bias
+        )
+        out = projected.new_zeros(targets.shape)
+        out[rows] = picked
+        return out
 
     def hidden(
         self, tokens: Tensor, context: ContextLike = None, state: State | None = None
@@ -556,10 +617,8 @@ class ContextLSTM(nn.Module):
         lengths = torch.as_tensor(lengths, device=inputs.device)
         if lengths.shape != (n,):
             raise ValueError(f"lengths: expected shape ({n},), got {tuple(lengths.shape)}")
-        log_probs, _ = self(inputs, context)  # (N, T, V)
         valid = torch.arange(t, device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)  # (N, T)
-        picked = log_probs.gather(2, targets.masked_fill(~valid, 0).unsqueeze(2)).squeeze(2)
-        return torch.where(valid, picked, torch.zeros_like(picked))  # (N, T)
+        return self.target_log_probs(inputs, targets.masked_fill(~valid, 0), context, valid)
 
     @torch.no_grad()
     def lock(self, record: Mapping[str, object] | None = None) -> ContextLSTM:

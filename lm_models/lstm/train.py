@@ -48,6 +48,7 @@ from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
 from lm_models.training import BestKeeper, EpochRecord, FitOptions, SectionedConfig, Step, fit
 from lm_models.vocab import Vocabulary, build_vocabulary
+from lm_models.word_classes import frequency_classes
 from rescorer.core.device import resolve_device
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,13 @@ class ModelOptions:
     layer_norm: bool = False
     # Recurrent dropout on the candidate (Semeniuta et al. 2016).
     dropout: float = 0.1
+    # Output layer: 0 for the full softmax, else a class-factored softmax with about this many
+    # frequency-binned classes (lm_models.output; sqrt-count binning, lm_models.word_classes).
+    num_classes: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise ValueError(f"num_classes must be an integer >= 0, got {self.num_classes!r}")
 
 
 @dataclass(frozen=True)
@@ -252,7 +260,18 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
         context_vars=data.context_vars if adaptive else (),
         layer_norm=m.layer_norm,
         dropout=m.dropout,
+        word_classes=tuple(word_classes_of(data.vocab, m.num_classes)),
     )
+
+
+def word_classes_of(vocab: Vocabulary, num_classes: int) -> list[int]:
+    """Frequency-binned classes of the vocabulary's units (none when ``num_classes`` is 0)."""
+    if num_classes == 0:
+        return []
+    counts = vocab.unigram_counts
+    if counts is None:
+        raise ValueError("a class-factored output needs the vocabulary's unigram counts")
+    return frequency_classes(counts, num_classes)
 
 
 # -- the training step ----------------------------------------------------------------------
@@ -274,6 +293,10 @@ class LossModule(nn.Module):
         samples: torch.Tensor | None = None,
         log_expected: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if samples is None and self.model.class_output is not None:
+            # only the targets' classes are computed (lm_models.output.ClassFactoredSoftmax)
+            logp = self.model.target_log_probs(inputs, targets, records, mask > 0)  # (N, T)
+            return -logp.sum() / mask.sum()
         if samples is None:
             log_probs, _ = self.model(inputs, records)  # (N, T, V)
             nll = -log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)  # (N, T)

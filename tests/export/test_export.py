@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from export.exporter import (
     context_records,
     export_checkpoint,
     export_model,
+    lstm_weights,
     normalise_record,
     read_context_records,
     vocab_path_for,
@@ -287,6 +289,14 @@ def test_context_sets() -> None:
     with pytest.raises(ValueError, match="context record 2: .*unknown value 'weather'"):
         context_records(model, [{"genre": "news"}, {"genre": "weather"}])
     assert all_context_records(make_model("unadapted")) == [{}]
+
+
+def test_class_factored_models_are_refused_with_the_reason() -> None:
+    model = make_model("unadapted")
+    classes = tuple(i % 3 for i in range(model.config.vocab_size))
+    classy = ContextLSTM(replace(model.config, word_classes=classes))
+    with pytest.raises(ValueError, match="class-factored output layer; the ONNX graphs"):
+        lstm_weights(classy, [{}], multi=False)
 
 
 def test_bad_records_and_options_are_value_errors() -> None:

@@ -42,7 +42,13 @@ def write_corpus(path: Path, n_docs: int = 40, seed: int = 0) -> Path:
     return path
 
 
-def config(corpus: Path, mode: str = "factor", epochs: int = 3, **train: object) -> TrainConfig:
+def config(
+    corpus: Path,
+    mode: str = "factor",
+    epochs: int = 3,
+    model: dict[str, object] | None = None,
+    **train: object,
+) -> TrainConfig:
     return TrainConfig.from_json(
         {
             "data": {
@@ -61,6 +67,7 @@ def config(corpus: Path, mode: str = "factor", epochs: int = 3, **train: object)
                 "rank": 2 if mode == "factor" else 0,
                 "context_embed_dim": 4,
                 "dropout": 0.0,
+                **(model or {}),
             },
             "train": {
                 "epochs": epochs,
@@ -116,6 +123,30 @@ def test_resume_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     b, _, _ = load_checkpoint(tmp_path / "b" / "last")
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         torch.testing.assert_close(pa, pb, atol=1e-6, rtol=0, msg=name)
+
+
+def test_class_factored_output_trains_and_scores_exactly(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    cfg = config(corpus, "factor", epochs=6, model={"num_classes": 4})
+    result = train(cfg, tmp_path, tmp_path / "cls", progress=False)
+    assert result.best_dev_ppl < 12.0  # below uniform (14), near the full softmax's ~10
+    model, vocab, _ = load_checkpoint(tmp_path / "cls" / "best")
+    classes = model.config.word_classes
+    assert len(classes) == len(vocab) and len(set(classes)) == 4
+    data = prepare_data(cfg, tmp_path)
+    # the dev perplexity of training (target path) is the full distribution's
+    total, tokens = evaluate(model, data.dev, torch.device("cpu"), 500, data.vocab.eos_id)
+    assert math.exp(-total / tokens) == pytest.approx(result.best_dev_ppl, rel=1e-5)
+    inputs = torch.tensor([[1, 5, 6, 7], [1, 8, 9, 2]])
+    targets = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 2]])
+    records = [{"topic": "sport"}, {"topic": "money"}]
+    with torch.no_grad():
+        log_probs, _ = model(inputs, records)  # (2, 4, V)
+        picked = log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)
+        direct = model.target_log_probs(inputs, targets, records)
+    sums = log_probs.double().exp().sum(-1)
+    torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-5, rtol=0)
+    torch.testing.assert_close(direct, picked, atol=1e-5, rtol=0)
 
 
 def test_sampled_softmax_trains(tmp_path: Path) -> None:

@@ -1,0 +1,190 @@
+"""Output layers shared by the model families: full softmax and an exact class-factored softmax.
+
+A family computes an output vector ``z`` per position (the LSTM family: ``L h_t``, e wide; the
+FNLM: its hidden layer) and owns the word weights ``W`` (V, in) and bias ``b`` (V,) -- tied to
+the input embeddings or not. The output layer turns them into normalised natural-log
+probabilities.
+
+:class:`FullSoftmax`: ``log P(w|h) = log_softmax(W z + b)_w``, cost O(V in) per position.
+
+:class:`ClassFactoredSoftmax` (Goodman 2001; the factored NLM paper's class-based output,
+Alexandrescu & Kirchhoff 2006 section 5; Mikolov et al. 2011 frequency binning, see
+:mod:`lm_models.word_classes`): every word w belongs to one class c(w) and
+
+    P(w | h) = P(c(w) | h) P(w | c(w), h)
+    P(c | h) = softmax(U z + u)_c                              (C classes, own weights U, u)
+    P(w | c, h) = exp(W_w z + b_w) / sum_{v in c} exp(W_v z + b_v)
+
+It is exact and normalised: the probabilities of all words sum to 1 (a sum over classes of
+within-class distributions that each sum to 1). Training needs only the target's class: the cost
+per position is O((C + |c(w)|) in) instead of O(V in), e.g. C = 200 classes of a 50k vocabulary
+(``sqrt`` frequency binning) touch a few hundred rows instead of 50,000. Scoring uses the same
+exact probabilities (:meth:`ClassFactoredSoftmax.log_probs` gives the full distribution,
+:meth:`ClassFactoredSoftmax.log_prob` the targets' values; they agree to float precision).
+
+A class of one unit needs no normalisation within it: P(w|h) = P(c(w)|h). Its class logit is
+the word's own logit ``W_w z + b_w`` (so the word keeps its tied output embedding) instead of a
+row of U. Many singleton classes of the most frequent words plus a few clusters of the rest
+(:func:`lm_models.word_classes.shortlist_classes`) is the adaptive softmax layout (Grave et al.
+2017, with full-width tails): most tokens cost one softmax over the shortlist and the clusters,
+and only the tokens of a cluster pay for its words.
+
+Units that are never predicted (``<s>``) can be excluded: their probability is 0 (log -inf) and
+the rest of their class is normalised without them (they may not form a class alone).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class FullSoftmax(nn.Module):
+    """log_softmax(W z + b) over the whole vocabulary (no parameters of its own)."""
+
+    def __init__(self, vocab_size: int, never: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.register_buffer("never", torch.tensor(sorted(set(never)), dtype=torch.long), False)
+
+    def _logits(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        logits = F.linear(z, weight, bias if bias.dim() == 1 else None)
+        if bias.dim() > 1:
+            logits = logits + bias
+        if len(self.never):
+            logits = logits.index_fill(-1, self.never, -math.inf)
+        return logits
+
+    def log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(..., in) -> (..., V) natural-log probabilities of every word."""
+        return F.log_softmax(self._logits(z, weight, bias), dim=-1)
+
+    def log_prob(self, z: Tensor, targets: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(N, in), (N,) -> (N,) natural-log probability of each target."""
+        return self.log_probs(z, weight, bias).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+class ClassFactoredSoftmax(nn.Module):
+    """Exact P(w|h) = P(c(w)|h) P(w|c(w),h) with C classes (see the module docstring).
+
+    ``word_classes[w]`` is the class of unit w (ids 0..C-1, every class non-empty); ``in_dim``
+    the width of z; ``never`` the units never predicted. The class layer (U, u) is this module's
+    own; word weights and biases are passed in (the family owns, and may tie, them).
+    """
+
+    def __init__(self, word_classes: Sequence[int], in_dim: int, never: Sequence[int] = ()) -> None:
+        super().__init__()
+        cls = torch.as_tensor(list(word_classes), dtype=torch.long)
+        if cls.dim() != 1 or len(cls) == 0 or int(cls.min()) < 0:
+            raise ValueError("word_classes: expected a non-empty list of class ids >= 0")
+        num_classes = int(cls.max()) + 1
+        sizes = torch.bincount(cls, minlength=num_classes)
+        if bool((sizes == 0).any()):
+            empty = torch.nonzero(sizes == 0).flatten().tolist()
+            raise ValueError(
+                f"word_classes: classes {empty[:10]} have no word (ids must be 0..C-1)"
+            )
+        never_t = torch.tensor(sorted(set(never)), dtype=torch.long)
+        predictable = torch.ones(len(cls), dtype=torch.bool)
+        predictable[never_t] = False
+        if bool((torch.bincount(cls[predictable], minlength=num_classes) == 0).any()):
+            raise ValueError("word_classes: a class holds only units that are never predicted")
+        self.vocab_size = len(cls)
+        self.num_classes = num_classes
+        # Singleton classes take their word's logit; the other classes ("clusters") a row of U.
+        single = sizes == 1
+        cluster_ids = torch.nonzero(~single).flatten()
+        single_ids = torch.nonzero(single).flatten()
+        first = torch.full((num_classes,), -1, dtype=torch.long)
+        first[cls.flip(0)] = torch.arange(len(cls) - 1, -1, -1)  # a word of each class
+        with warnings.catch_warnings():  # no clusters: an empty U (init warns about it)
+            warnings.simplefilter("ignore", UserWarning)
+            self.class_layer = nn.Linear(in_dim, len(cluster_ids))  # U, u (a row per cluster)
+        # class logits are cat([word logits of the singletons, U z + u]) put in class-id order
+        slot = torch.empty(num_classes, dtype=torch.long)
+        slot[single_ids] = torch.arange(len(single_ids))
+        slot[cluster_ids] = len(single_ids) + torch.arange(len(cluster_ids))
+        self.register_buffer("single_words", first[single_ids], persistent=False)
+        self.register_buffer("class_slot", slot, persistent=False)
+        self.clusters = cluster_ids.tolist()
+        # Words sorted by class: class k's words are order[start[k] : start[k] + sizes[k]].
+        order = torch.argsort(cls, stable=True)
+        start = torch.cumsum(sizes, 0) - sizes
+        position = torch.empty_like(cls)
+        position[order] = torch.arange(len(cls)) - start[cls[order]]
+        # Derived from the word classes (which the family's config holds): not saved weights.
+        self.register_buffer("class_of", cls, persistent=False)  # (V,)
+        self.register_buffer("order", order, persistent=False)  # (V,)
+        self.register_buffer("position", position, persistent=False)  # (V,) index in class
+        self.register_buffer("never", never_t, persistent=False)
+        self.starts = start.tolist()
+        self.sizes = sizes.tolist()
+
+    def class_log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(..., in) -> (..., C): log P(c | h). ``bias`` (V,) or per row (..., V)."""
+        words = self.single_words
+        if bias.dim() == 1:
+            single = F.linear(z, weight[words], bias[words])
+        else:
+            single = F.linear(z, weight[words]) + bias[..., words]
+        logits = torch.cat([single, self.class_layer(z).expand(*single.shape[:-1], -1)], -1)
+        return F.log_softmax(logits.index_select(-1, self.class_slot), dim=-1)
+
+    def log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(..., in) -> (..., V): log P(w | h) of every unit (``never`` ones: -inf)."""
+        logits = F.linear(z, weight, bias if bias.dim() == 1 else None)
+        if bias.dim() > 1:
+            logits = logits + bias
+        if len(self.never):
+            logits = logits.index_fill(-1, self.never, -math.inf)
+        lead = logits.shape[:-1]
+        flat = logits.reshape(-1, self.vocab_size)  # (N, V)
+        cls = self.class_of.expand(flat.shape[0], -1)
+        # log-sum-exp of the logits within each class, by scatter (classes need not be ranges)
+        peak = flat.new_full((flat.shape[0], self.num_classes), -math.inf).scatter_reduce(
+            1, cls, flat, reduce="amax", include_self=True
+        )
+        shifted = (flat - peak.gather(1, cls)).exp()
+        lse = peak + flat.new_zeros(peak.shape).scatter_add(1, cls, shifted).log()  # (N, C)
+        class_lp = self.class_log_probs(z, weight, bias).reshape(-1, self.num_classes)
+        out = class_lp.gather(1, cls) + flat - lse.gather(1, cls)
+        return out.reshape(*lead, self.vocab_size)
+
+    def log_prob(self, z: Tensor, targets: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(N, in), (N,) -> (N,): log P(target | h), computing only the targets' classes.
+
+        ``bias`` is (V,) or per row (N, V). Rows are grouped by their target's class and each
+        group is normalised over that class's words alone: O((C + |class|) in) per row.
+        """
+        if z.dim() != 2 or targets.shape != z.shape[:1]:
+            raise ValueError(
+                f"log_prob: expected z (N, in) and targets (N,), got {tuple(z.shape)} and "
+                f"{tuple(targets.shape)}"
+            )
+        cls = self.class_of[targets]  # (N,)
+        class_lp = self.class_log_probs(z, weight, bias)  # (N, C)
+        out = class_lp.gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
+        within = torch.zeros_like(out)  # a singleton class: log P(w|c(w),h) = 0
+        never = self.never
+        present = torch.zeros(self.num_classes, dtype=torch.bool, device=cls.device)
+        present[cls] = True
+        for k in self.clusters:
+            if not bool(present[k]):
+                continue
+            rows = torch.nonzero(cls == k).squeeze(1)  # (n_k,)
+            words = self.order[self.starts[k] : self.starts[k] + self.sizes[k]]  # (s_k,)
+            b = bias[words] if bias.dim() == 1 else bias[rows][:, words]
+            logits = F.linear(z[rows], weight[words]) + b  # (n_k, s_k)
+            if len(never):
+                logits = logits.masked_fill(torch.isin(words, never), -math.inf)
+            lp = F.log_softmax(logits, dim=-1)
+            within[rows] = lp.gather(1, self.position[targets[rows]].unsqueeze(1)).squeeze(1)
+        return out + within
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, num_classes={self.num_classes}"

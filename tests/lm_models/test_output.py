@@ -1,0 +1,154 @@
+"""The shared output layers: exact, normalised, and the target path equal to the full one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lm_models.output import ClassFactoredSoftmax, FullSoftmax
+from lm_models.word_classes import frequency_classes, shortlist_classes
+
+V, IN, N = 53, 7, 11
+
+
+def setup(num_classes: int, seed: int = 0, never: tuple[int, ...] = (), shortlist: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    counts = torch.randint(1, 1000, (V,), generator=gen).tolist()
+    if shortlist:
+        classes = shortlist_classes(counts, shortlist, num_classes)
+    else:
+        classes = frequency_classes(counts, num_classes)
+    layer = ClassFactoredSoftmax(classes, IN, never=never).double()
+    with torch.no_grad():
+        layer.class_layer.weight.normal_(generator=gen)
+        layer.class_layer.bias.normal_(generator=gen)
+    weight = torch.randn(V, IN, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(V, generator=gen, dtype=torch.float64, requires_grad=True)
+    z = torch.randn(N, IN, generator=gen, dtype=torch.float64)
+    targets = torch.randint(0, V, (N,), generator=gen)
+    return layer, weight, bias, z, targets
+
+
+LAYOUTS = [(1, 0), (2, 0), (8, 0), (30, 0), (3, 10), (1, 20), (4, 40)]
+
+
+@pytest.mark.parametrize(("num_classes", "shortlist"), LAYOUTS)
+def test_class_factored_sums_to_one(num_classes: int, shortlist: int) -> None:
+    layer, weight, bias, z, _ = setup(num_classes, shortlist=shortlist)
+    lp = layer.log_probs(z, weight, bias)
+    assert lp.shape == (N, V)
+    torch.testing.assert_close(
+        lp.exp().sum(-1), torch.ones(N, dtype=torch.float64), atol=1e-12, rtol=0
+    )
+    assert layer.num_classes == len(set(layer.class_of.tolist())) <= num_classes + shortlist
+
+
+def test_class_factored_sums_to_one_in_float32_to_1e5() -> None:
+    layer, weight, bias, z, _ = setup(12, seed=3)
+    layer = layer.float()
+    lp = layer.log_probs(z.float() * 5, weight.detach().float(), bias.detach().float())
+    assert float((lp.detach().exp().sum(-1) - 1).abs().max()) < 1e-5
+
+
+def test_one_class_is_the_full_softmax() -> None:
+    layer, weight, bias, z, targets = setup(1)
+    full = FullSoftmax(V)
+    torch.testing.assert_close(layer.log_probs(z, weight, bias), full.log_probs(z, weight, bias))
+    torch.testing.assert_close(
+        layer.log_prob(z, targets, weight, bias), full.log_prob(z, targets, weight, bias)
+    )
+
+
+def test_it_is_not_the_full_softmax_with_several_classes() -> None:
+    layer, weight, bias, z, _ = setup(8)
+    full = FullSoftmax(V).log_probs(z, weight, bias)
+    assert float((layer.log_probs(z, weight, bias) - full).detach().abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("shortlist", [0, 12])
+@pytest.mark.parametrize("per_row_bias", [False, True])
+def test_target_path_equals_the_full_distribution_and_its_gradient(
+    per_row_bias: bool, shortlist: int
+) -> None:
+    layer, weight, bias, z, targets = setup(5 if shortlist else 9, seed=1, shortlist=shortlist)
+    b = (
+        bias.unsqueeze(0).repeat(N, 1) + torch.randn(N, V, dtype=torch.float64)
+        if per_row_bias
+        else bias
+    )
+    picked = layer.log_probs(z, weight, b).gather(1, targets.unsqueeze(1)).squeeze(1)
+    direct = layer.log_prob(z, targets, weight, b)
+    torch.testing.assert_close(direct, picked, atol=1e-12, rtol=0)
+    g_full = torch.autograd.grad(picked.sum(), [weight, layer.class_layer.weight])
+    g_direct = torch.autograd.grad(direct.sum(), [weight, layer.class_layer.weight])
+    for a, c in zip(g_full, g_direct, strict=True):
+        torch.testing.assert_close(a, c, atol=1e-10, rtol=0)
+
+
+def test_a_class_per_word_is_the_full_softmax() -> None:
+    layer, weight, bias, z, targets = setup(1)
+    layer = ClassFactoredSoftmax(list(range(V)), IN).double()
+    assert layer.class_layer.weight.shape == (0, IN) and len(layer.single_words) == V
+    full = FullSoftmax(V)
+    torch.testing.assert_close(layer.log_probs(z, weight, bias), full.log_probs(z, weight, bias))
+    torch.testing.assert_close(
+        layer.log_prob(z, targets, weight, bias), full.log_prob(z, targets, weight, bias)
+    )
+
+
+def test_singleton_classes_take_the_word_logit() -> None:
+    layer, weight, bias, z, _ = setup(3, shortlist=10)
+    lp = layer.log_probs(z, weight, bias)
+    singles = layer.single_words
+    assert len(singles) >= 10
+    # two singleton words: their log-prob difference is their logit difference
+    a, b = int(singles[0]), int(singles[1])
+    logit = z @ weight.T + bias
+    torch.testing.assert_close(lp[:, a] - lp[:, b], logit[:, a] - logit[:, b])
+
+
+def test_shortlist_classes_layout() -> None:
+    counts = [0, 50, 3, 900, 7, 1, 400, 2, 0, 60]
+    classes = shortlist_classes(counts, 3, 2)
+    assert len({classes[3], classes[6], classes[9]}) == 3  # the 3 most frequent: own classes
+    assert all(classes.count(classes[u]) == 1 for u in (3, 6, 9))
+    rest = sorted({classes[u] for u in (0, 1, 2, 4, 5, 7, 8)})
+    assert len(rest) == 2 and sorted(set(classes)) == list(range(5))
+    # clusters in descending count: every unit of the first outranks every unit of the second
+    first, second = sorted(
+        rest, key=lambda c: -max(counts[u] for u in range(10) if classes[u] == c)
+    )
+    low = min(counts[u] for u in range(10) if classes[u] == first)
+    assert all(counts[u] <= low for u in range(10) if classes[u] == second)
+    assert classes[0] == classes[8] == second  # count 0: the last cluster
+
+
+def test_target_path_touches_only_the_targets_classes() -> None:
+    layer, weight, bias, z, targets = setup(10, seed=2)
+    layer.log_prob(z, targets, weight, bias).sum().backward()
+    touched = weight.grad.abs().sum(1) > 0
+    in_target_classes = torch.isin(layer.class_of, layer.class_of[targets])
+    assert bool(touched.any())
+    assert not bool((touched & ~in_target_classes).any())
+
+
+def test_never_predicted_units_get_zero_and_the_rest_still_sums_to_one() -> None:
+    layer, weight, bias, z, targets = setup(6, never=(1,))
+    lp = layer.log_probs(z, weight, bias)
+    assert bool(torch.isneginf(lp[:, 1]).all())
+    torch.testing.assert_close(
+        lp.exp().sum(-1), torch.ones(N, dtype=torch.float64), atol=1e-12, rtol=0
+    )
+    targets = targets.masked_fill(targets == 1, 0)
+    picked = lp.gather(1, targets.unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(layer.log_prob(z, targets, weight, bias), picked)
+
+
+def test_bad_classes_are_refused() -> None:
+    with pytest.raises(ValueError, match="have no word"):
+        ClassFactoredSoftmax([0, 2, 2], IN)
+    with pytest.raises(ValueError, match="never predicted"):
+        ClassFactoredSoftmax([0, 1, 1], IN, never=(0,))
+    layer, weight, bias, z, targets = setup(3)
+    with pytest.raises(ValueError, match="expected z"):
+        layer.log_prob(z.unsqueeze(0), targets, weight, bias)
