@@ -48,7 +48,7 @@ from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
 from lm_models.training import BestKeeper, EpochRecord, FitOptions, SectionedConfig, Step, fit
 from lm_models.vocab import Vocabulary, build_vocabulary
-from lm_models.word_classes import frequency_classes
+from lm_models.word_classes import frequency_classes, shortlist_classes
 from rescorer.core.device import resolve_device
 
 logger = logging.getLogger(__name__)
@@ -103,13 +103,20 @@ class ModelOptions:
     layer_norm: bool = False
     # Recurrent dropout on the candidate (Semeniuta et al. 2016).
     dropout: float = 0.1
-    # Output layer: 0 for the full softmax, else a class-factored softmax with about this many
-    # frequency-binned classes (lm_models.output; sqrt-count binning, lm_models.word_classes).
+    # Output layer: 0 for the full softmax, else a class-factored softmax (lm_models.output)
+    # with about this many classes: frequency-binned (sqrt counts) when shortlist is 0, else
+    # the shortlist's words each a class and the rest in num_classes clusters (the adaptive
+    # softmax layout; much cheaper in training at large V, see bench/results/output.md).
     num_classes: int = 0
+    shortlist: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise ValueError(f"num_classes must be an integer >= 0, got {self.num_classes!r}")
+        for name in ("num_classes", "shortlist"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if self.shortlist and not self.num_classes:
+            raise ValueError("shortlist needs num_classes >= 1 (the clusters of the other words)")
 
 
 @dataclass(frozen=True)
@@ -260,17 +267,23 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
         context_vars=data.context_vars if adaptive else (),
         layer_norm=m.layer_norm,
         dropout=m.dropout,
-        word_classes=tuple(word_classes_of(data.vocab, m.num_classes)),
+        word_classes=tuple(word_classes_of(data.vocab, m.num_classes, m.shortlist)),
     )
 
 
-def word_classes_of(vocab: Vocabulary, num_classes: int) -> list[int]:
-    """Frequency-binned classes of the vocabulary's units (none when ``num_classes`` is 0)."""
+def word_classes_of(vocab: Vocabulary, num_classes: int, shortlist: int = 0) -> list[int]:
+    """Classes of the vocabulary's units for the output layer (none when ``num_classes`` is 0).
+
+    ``<s>`` is never predicted: it is counted 0, so it joins the last class.
+    """
     if num_classes == 0:
         return []
-    counts = vocab.unigram_counts
-    if counts is None:
+    if vocab.unigram_counts is None:
         raise ValueError("a class-factored output needs the vocabulary's unigram counts")
+    counts = list(vocab.unigram_counts)
+    counts[vocab.bos_id] = 0
+    if shortlist:
+        return shortlist_classes(counts, shortlist, num_classes)
     return frequency_classes(counts, num_classes)
 
 

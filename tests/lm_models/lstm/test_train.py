@@ -149,6 +149,22 @@ def test_class_factored_output_trains_and_scores_exactly(tmp_path: Path) -> None
     torch.testing.assert_close(direct, picked, atol=1e-5, rtol=0)
 
 
+def test_shortlist_output_trains(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    cfg = config(corpus, "unadapted", epochs=4, model={"num_classes": 2, "shortlist": 5})
+    result = train(cfg, tmp_path, tmp_path / "sl", progress=False)
+    full = train(config(corpus, "unadapted", epochs=4), tmp_path, tmp_path / "f", progress=False)
+    assert result.best_dev_ppl < result.epochs[0].dev_ppl  # it learns
+    assert result.best_dev_ppl < 1.1 * full.best_dev_ppl  # about as well as the full softmax
+    model, vocab, _ = load_checkpoint(tmp_path / "sl" / "best")
+    classes = model.config.word_classes
+    singles = [c for c in set(classes) if classes.count(c) == 1]
+    assert len(singles) == 5 and len(set(classes)) == 7
+    assert classes.count(classes[vocab.index("<s>")]) > 1  # never predicted: in a cluster
+    with pytest.raises(ValueError, match="shortlist needs num_classes"):
+        config(corpus, model={"shortlist": 5})
+
+
 def test_sampled_softmax_trains(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.jsonl")
     result = train(
