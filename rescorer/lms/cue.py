@@ -16,7 +16,7 @@ prediction of short texts, not meant for long ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,9 @@ import torch
 from lm_models.cue.model import encode_batch, load_cue
 from lm_models.vocab import BOS_ID, EOS, EOS_ID
 from rescorer.core.device import resolve_device
-from rescorer.lms.contract import Context, LMSpec
-from rescorer.text import CASE_MODES, case_function, choose_case
+from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
+from rescorer.lms.contract import Context
+from rescorer.lms.word_vocab import CaseMapping
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +44,8 @@ class CUEState:
     ids: tuple[int, ...]
 
 
-class CUELanguageModel:
+class CUELanguageModel(WordLM):
     """A CUE checkpoint folder as a word-level LanguageModel."""
-
-    units = "word"
 
     def __init__(
         self,
@@ -57,39 +56,18 @@ class CUELanguageModel:
         embedder: Any = None,
         batch_size: int = 64,
     ) -> None:
-        path = Path(path)
-        if case not in CASE_MODES:
-            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
-        if not path.is_dir():
-            raise ValueError(f"CUE checkpoint folder not found: {path}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        words = CaseMapping(case, self._known)
+        path = checkpoint_folder(path, "CUE")
+        self._batch_size = positive("batch_size", batch_size)
         self.lm = load_cue(path, resolve_device(device), embedder)
         self.name = name or path.name
         self.path = path
-        self._batch_size = batch_size
-        self._case = case
-        self._map: Callable[[str], str] | None = None if case == "auto" else case_function(case)
+        self.words = words
         self._cue_cache: dict[tuple, np.ndarray] = {}
         self.fields = tuple(f for f, _ in self.lm.config.context_fields)
 
-    # -- words ------------------------------------------------------------------------------------
     def _known(self, word: str) -> bool:
         return word in self.lm.vocab
-
-    def _mapping(self, sentences: Sequence[Sequence[str]]) -> Callable[[str], str]:
-        if self._map is None:
-            self._case = choose_case((w for s in sentences for w in s), self._known)
-            self._map = case_function(self._case)
-        return self._map
-
-    @property
-    def case(self) -> str:
-        return self._case
-
-    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        fn = self._mapping(sentences)
-        return [np.array([not self._known(fn(w)) for w in s], dtype=bool) for s in sentences]
 
     # -- contexts ---------------------------------------------------------------------------------
     def _key(self, record: Context | None) -> tuple:
@@ -119,17 +97,10 @@ class CUELanguageModel:
             return []
         if contexts is not None and len(contexts) != len(sentences):
             raise ValueError(f"{len(contexts)} contexts for {len(sentences)} sentences")
-        fn = self._mapping(sentences)
+        fn = self.words.mapping(sentences)
         cue = self.cue_vectors(contexts if contexts is not None else [None] * len(sentences))
         mapped = [[fn(w) for w in s] for s in sentences]
         return self.lm.token_logprobs(mapped, cue=cue, batch_size=self._batch_size)
-
-    def sentence_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> np.ndarray:
-        return np.array([lp.sum() for lp in self.token_logprobs(sentences, contexts)])
 
     # -- streaming --------------------------------------------------------------------------------
     def start(self, context: Context | None = None) -> CUEState:
@@ -138,11 +109,6 @@ class CUELanguageModel:
     def vocabulary(self) -> list[str]:
         """The model's units, id order (``next_logprobs(state)[i]`` is the i-th one's)."""
         return self.lm.vocab.tokens
-
-    def to_units(self, words: Sequence[str]) -> list[str]:
-        """``words`` in the model's case (as scored)."""
-        fn = self._mapping([words])
-        return [fn(w) for w in words]
 
     @torch.no_grad()
     def next_logprobs(self, state: CUEState) -> np.ndarray:
@@ -157,31 +123,23 @@ class CUELanguageModel:
     def advance(
         self, states: Sequence[CUEState], tokens: Sequence[str]
     ) -> tuple[np.ndarray, list[CUEState]]:
-        if len(states) != len(tokens):
-            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
-        if not tokens:
+        if check_advance(states, tokens):
             return np.zeros(0), []
-        fn = self._map or case_function("none")
+        fn = self.words.current()
         ids = [EOS_ID if t == EOS else self.lm.vocab.token_id(fn(t)) for t in tokens]
         if any(i == BOS_ID for i in ids):
             raise ValueError("<s> is never predicted; start a sentence with start()")
         scores = np.array([self.next_logprobs(s)[i] for s, i in zip(states, ids, strict=True)])
         return scores, [CUEState(s.cue, (*s.ids, i)) for s, i in zip(states, ids, strict=True)]
 
-    def __repr__(self) -> str:
+    def describe(self) -> dict[str, Any]:
         cfg = self.lm.config
-        return (
-            f"CUELanguageModel({str(self.path)!r}, sentence={cfg.sentence.kind}, "
-            f"fields={list(self.fields)}, embedder={cfg.embedder!r}, case={self._case!r})"
-        )
+        return {
+            "sentence": cfg.sentence.kind,
+            "fields": list(self.fields),
+            "embedder": cfg.embedder,
+            "case": self.case,
+        }
 
 
-def load_cue_lm(spec: LMSpec, options: Mapping[str, Any]) -> CUELanguageModel:
-    """The ``cue`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, embedder)."""
-    return CUELanguageModel(
-        spec.path,
-        name=spec.name,
-        case=options.get("case", "auto"),
-        device=options.get("device"),
-        embedder=options.get("embedder"),
-    )
+load_cue_lm = loader(CUELanguageModel, "device", "embedder")

@@ -20,7 +20,7 @@ Scoring a batch: every token of every sentence becomes one (history, target) row
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +36,9 @@ from lm_models.fnlm.factors import (
 from lm_models.fnlm.model import EncodedTokens, load_fnlm
 from rescorer.core.constants import EOS
 from rescorer.core.device import resolve_device
-from rescorer.lms.contract import Context, LMSpec
-from rescorer.text import CASE_MODES, case_function, choose_case
+from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
+from rescorer.lms.contract import Context
+from rescorer.lms.word_vocab import CaseMapping
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +50,8 @@ class FNLMState:
     history: tuple[tuple[int, ...], ...]
 
 
-class FNLMLanguageModel:
+class FNLMLanguageModel(WordLM):
     """An FNLM checkpoint folder as a word-level LanguageModel."""
-
-    units = "word"
 
     def __init__(
         self,
@@ -63,22 +62,16 @@ class FNLMLanguageModel:
         strategy: str | None = None,
         batch_size: int = 4096,
     ) -> None:
-        path = Path(path)
-        if case not in CASE_MODES:
-            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
-        if not path.is_dir():
-            raise ValueError(f"FNLM checkpoint folder not found: {path}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        words = CaseMapping(case, self._known)
+        path = checkpoint_folder(path, "FNLM")
+        self._batch_size = positive("batch_size", batch_size)
         self.device = resolve_device(device)
         self._lm = load_fnlm(path, self.device)
         cfg = self._lm.config
         self.strategy = check_strategy(strategy or cfg.unk_strategy)
         self.name = name or path.name
         self.path = path
-        self._batch_size = batch_size
-        self._case = case
-        self._map: Callable[[str], str] | None = None if case == "auto" else case_function(case)
+        self.words = words
         self.missing_factors = tuple(f for f in cfg.factors if needs_annotation(f))
         if self.missing_factors:
             logger.warning(
@@ -95,20 +88,6 @@ class FNLMLanguageModel:
 
     def _known(self, word: str) -> bool:
         return self._lm.is_known(self._token(word))
-
-    def _mapping(self, sentences: Sequence[Sequence[str]]) -> Callable[[str], str]:
-        if self._map is None:
-            self._case = choose_case((w for s in sentences for w in s), self._known)
-            self._map = case_function(self._case)
-        return self._map
-
-    @property
-    def case(self) -> str:
-        return self._case
-
-    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        fn = self._mapping(sentences)
-        return [np.array([not self._known(fn(w)) for w in s], dtype=bool) for s in sentences]
 
     # -- scoring ----------------------------------------------------------------------------------
     def _score_rows(self, history: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -136,18 +115,11 @@ class FNLMLanguageModel:
         # Contexts are accepted for the common contract; an FNLM has no context variables.
         if not sentences:
             return []
-        fn = self._mapping(sentences)
+        fn = self.words.mapping(sentences)
         enc = self._lm.encode([words_of_text(fn(w) for w in s) for s in sentences])
         flat = self._score_rows(enc.history, enc.targets) + enc.log_extra
         bounds = np.cumsum((0, *enc.lengths))
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-    def sentence_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> np.ndarray:
-        return np.array([lp.sum() for lp in self.token_logprobs(sentences, contexts)])
 
     # -- streaming --------------------------------------------------------------------------------
     def start(self, context: Context | None = None) -> FNLMState:
@@ -157,11 +129,9 @@ class FNLMLanguageModel:
     def advance(
         self, states: Sequence[FNLMState], tokens: Sequence[str]
     ) -> tuple[np.ndarray, list[FNLMState]]:
-        if len(states) != len(tokens):
-            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
-        if not tokens:
+        if check_advance(states, tokens):
             return np.zeros(0), []
-        fn = self._map or case_function("none")
+        fn = self.words.current()
         words = [PlainWord(t if t == EOS else fn(t)) for t in tokens]
         targets, extra = [], []
         for w in words:
@@ -177,20 +147,14 @@ class FNLMLanguageModel:
         ]
         return scores, new_states
 
-    def __repr__(self) -> str:
+    def describe(self) -> dict[str, Any]:
         cfg = self._lm.config
-        return (
-            f"FNLMLanguageModel({str(self.path)!r}, factors={list(cfg.factors)}, "
-            f"order={cfg.order}, strategy={self.strategy!r}, case={self._case!r})"
-        )
+        return {
+            "factors": list(cfg.factors),
+            "order": cfg.order,
+            "strategy": self.strategy,
+            "case": self.case,
+        }
 
 
-def load_fnlm_lm(spec: LMSpec, options: Mapping[str, Any]) -> FNLMLanguageModel:
-    """The ``fnlm`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, strategy)."""
-    return FNLMLanguageModel(
-        spec.path,
-        name=spec.name,
-        case=options.get("case", "auto"),
-        device=options.get("device"),
-        strategy=options.get("strategy"),
-    )
+load_fnlm_lm = loader(FNLMLanguageModel, "device", "strategy")

@@ -31,7 +31,8 @@ from lm_models.lbl.model import attribute_ids, history_windows, load_lbl
 from lm_models.vocab import BOS_ID, EOS_ID
 from rescorer.core.context_key import ContextField, ContextKeys
 from rescorer.core.device import resolve_device
-from rescorer.lms.contract import Context, LMSpec
+from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
+from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import WordVocab
 
 logger = logging.getLogger(__name__)
@@ -47,10 +48,8 @@ class LBLState:
     history: tuple[int, ...]
 
 
-class LBLLanguageModel:
+class LBLLanguageModel(WordLM):
     """An LBL checkpoint folder as a word-level LanguageModel with attribute contexts."""
-
-    units = "word"
 
     def __init__(
         self,
@@ -60,27 +59,16 @@ class LBLLanguageModel:
         device: str | None = None,
         batch_size: int = 4096,
     ) -> None:
-        path = Path(path)
-        if not path.is_dir():
-            raise ValueError(f"LBL checkpoint folder not found: {path}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        path = checkpoint_folder(path, "LBL")
+        self._batch_size = positive("batch_size", batch_size)
         self.device = resolve_device(device)
         self.model, vocab = load_lbl(path, self.device)
         self.config = self.model.config
         self.name = name or path.name
         self.path = path
-        self._batch_size = batch_size
-        self._vocab = WordVocab(vocab.tokens, case)
+        self.words = WordVocab(vocab.tokens, case)
         fields = [ContextField(a.name, "categorical", a.values) for a in self.config.attributes]
         self._keys = ContextKeys(fields, self.name, logger)
-
-    @property
-    def case(self) -> str:
-        return self._vocab.case
-
-    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        return self._vocab.oov_flags(sentences)
 
     def _attrs_of(self, record: Mapping[str, Any] | None) -> tuple[int, ...]:
         return attribute_ids(self.config, dict(self._keys.key(record)))
@@ -111,7 +99,7 @@ class LBLLanguageModel:
         if not sentences:
             return []
         keys = self._keys.keys(len(sentences), contexts)
-        ids = self._vocab.ids(sentences)
+        ids = self.words.ids(sentences)
         order = self.config.order
         hist, tgt, attrs = [], [], []
         for words, key in zip(ids, keys, strict=True):
@@ -123,13 +111,6 @@ class LBLLanguageModel:
         bounds = np.cumsum([0, *(len(w) + 1 for w in ids)])
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
-    def sentence_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> np.ndarray:
-        return np.array([lp.sum() for lp in self.token_logprobs(sentences, contexts)])
-
     # -- streaming --------------------------------------------------------------------------------
     def start(self, context: Context | None = None) -> LBLState:
         return LBLState(self._attrs_of(context), (BOS_ID,) * (self.config.order - 1))
@@ -137,11 +118,9 @@ class LBLLanguageModel:
     def advance(
         self, states: Sequence[LBLState], tokens: Sequence[str]
     ) -> tuple[np.ndarray, list[LBLState]]:
-        if len(states) != len(tokens):
-            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
-        if not tokens:
+        if check_advance(states, tokens):
             return np.zeros(0), []
-        ids = self._vocab.token_ids(tokens)
+        ids = self.words.token_ids(tokens)
         n_attr = len(self.config.attributes)
         scores = self._score_rows(
             np.array([s.history for s in states], dtype=np.int64),
@@ -153,16 +132,14 @@ class LBLLanguageModel:
         ]
         return scores, new_states
 
-    def __repr__(self) -> str:
+    def describe(self) -> dict[str, Any]:
         cfg = self.config
-        return (
-            f"LBLLanguageModel({str(self.path)!r}, order={cfg.order}, factors={cfg.factors}, "
-            f"attributes={[a.name for a in cfg.attributes]}, case={self.case!r})"
-        )
+        return {
+            "order": cfg.order,
+            "factors": cfg.factors,
+            "attributes": [a.name for a in cfg.attributes],
+            "case": self.case,
+        }
 
 
-def load_lbl_lm(spec: LMSpec, options: Mapping[str, Any]) -> LBLLanguageModel:
-    """The ``lbl`` loader of :data:`rescorer.lms.LOADERS` (options: case, device)."""
-    return LBLLanguageModel(
-        spec.path, name=spec.name, case=options.get("case", "auto"), device=options.get("device")
-    )
+load_lbl_lm = loader(LBLLanguageModel, "device")

@@ -41,6 +41,7 @@ import numpy as np
 from rescorer.core.errors import InputError
 from rescorer.core.io import atomic_write
 from rescorer.lms import load_lm, parse_spec
+from rescorer.lms.base import check_advance, token_sums
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
 logger = logging.getLogger(__name__)
@@ -249,7 +250,7 @@ class MixtureLM:
         contexts: Sequence[Context | None] | None = None,
     ) -> np.ndarray:
         # A mixture is per token: there is no shortcut through the components' sentence totals.
-        return np.array([lp.sum() for lp in self.token_logprobs(sentences, contexts)])
+        return token_sums(self.token_logprobs(sentences, contexts))
 
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         flags = [c.oov_flags(sentences) for c in self.components]
@@ -259,8 +260,7 @@ class MixtureLM:
         return tuple(c.start(context) for c in self.components)
 
     def advance(self, states: Sequence[Any], tokens: Sequence[str]) -> tuple[np.ndarray, list]:
-        if len(states) != len(tokens):
-            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
+        check_advance(states, tokens)
         columns, next_states = [], []
         for i, comp in enumerate(self.components):
             lp, nxt = comp.advance([s[i] for s in states], tokens)

@@ -50,7 +50,8 @@ from export.format import (
 )
 from export.runtime import OnnxMeta, create_session
 from rescorer.core.context_key import ContextKey, ContextKeys
-from rescorer.lms.contract import Context, LMSpec
+from rescorer.lms.base import WordLM, check_advance, loader
+from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import WordVocab
 from rescorer.text import CASE_MODES
 
@@ -74,7 +75,7 @@ class OnnxLMState:
     token: int
 
 
-class OnnxLM:
+class OnnxLM(WordLM):
     """An ONNX export (:mod:`export.exporter`) behind the LanguageModel contract.
 
     ``path`` is the ``.onnx`` file (its vocabulary file is found through the metadata);
@@ -111,7 +112,7 @@ class OnnxLM:
         self.batch_tokens = batch_tokens
         tokens = self._read_vocab(path)
         self.vocab_tokens: tuple[str, ...] = tuple(tokens)
-        self._vocab = WordVocab(tokens, case, unk_id=self.meta.unk_id)
+        self.words = WordVocab(tokens, case, unk_id=self.meta.unk_id)
         self._keys = ContextKeys(self.meta.fields, self.name, logger)
         self._ids: dict[ContextKey, int] = {}
         for i, record in enumerate(self.meta.contexts):
@@ -159,18 +160,6 @@ class OnnxLM:
         return tokens
 
     # -- vocabulary and case ---------------------------------------------------------------------
-    @property
-    def case(self) -> str:
-        """The case mapping in use (``auto`` until the first sentences decided it)."""
-        return self._vocab.case
-
-    def to_units(self, words: Sequence[str]) -> list[str]:
-        """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
-        return self._vocab.to_units(words)
-
-    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        return self._vocab.oov_flags(sentences)
-
     # -- contexts --------------------------------------------------------------------------------
     @property
     def contexts(self) -> tuple[dict[str, Any], ...]:
@@ -245,7 +234,7 @@ class OnnxLM:
         contexts: Sequence[Context | None] | None = None,
     ) -> list[np.ndarray]:
         """Natural-log probability of each word and of the final ``</s>``, per sentence."""
-        ids = self._vocab.ids(sentences)
+        ids = self.words.ids(sentences)
         cids = self.context_ids(len(ids), contexts)
         if not ids:
             return []
@@ -317,8 +306,7 @@ class OnnxLM:
         Tokens are words (case-mapped as in :meth:`token_logprobs`) or ``</s>``.
         """
         self._need_step()
-        if len(states) != len(tokens):
-            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
+        check_advance(states, tokens)
         for i, state in enumerate(states):
             if not isinstance(state, OnnxLMState):
                 raise ValueError(
@@ -327,7 +315,7 @@ class OnnxLM:
                 )
         if not states:
             return np.empty(0, dtype=np.float64), []
-        target = np.array(self._vocab.token_ids(tokens), dtype=np.int64)
+        target = np.array(self.words.token_ids(tokens), dtype=np.int64)
         log_probs, h, m = self._step(states)  # (N, V), (layers, N, d) x 2
         out = log_probs[np.arange(len(states)), target].astype(np.float64)
         new_states = [
@@ -374,22 +362,17 @@ class OnnxLM:
             raise ValueError(f"expected an OnnxLMState, got {type(state).__name__}")
         return self._step([state])[0][0].astype(np.float64)
 
-    def __repr__(self) -> str:
-        return (
-            f"OnnxLM({str(self.path)!r}, kind={self.meta.kind!r}, vocab={self.meta.vocab_size}, "
-            f"device={self.device!r}, case={self.case!r})"
-        )
+    def describe(self) -> dict[str, Any]:
+        meta = self.meta
+        return {
+            "kind": meta.kind,
+            "vocab": meta.vocab_size,
+            "device": self.device,
+            "case": self.case,
+        }
 
 
-def load_onnx_lm(spec: LMSpec, options: Mapping[str, Any]) -> OnnxLM:
-    """The ``onnx`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, batch_tokens)."""
-    return OnnxLM(
-        spec.path,
-        name=spec.name,
-        case=options.get("case", "auto"),
-        device=options.get("device"),
-        batch_tokens=options.get("batch_tokens", DEFAULT_BATCH_TOKENS),
-    )
+load_onnx_lm = loader(OnnxLM, "device", "batch_tokens")
 
 
 @dataclass(frozen=True)

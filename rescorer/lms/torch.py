@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,8 @@ from lm_models.lstm.model import AdaptedWeights, ContextLSTM
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.core.context_key import ContextKey, ContextKeys
 from rescorer.core.device import resolve_device
-from rescorer.lms.contract import Context, LMSpec
+from rescorer.lms.base import WordLM, check_advance, loader
+from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import WordVocab
 from rescorer.text import CASE_MODES
 
@@ -94,7 +95,7 @@ class TorchLMState:
     token: int
 
 
-class TorchLM:
+class TorchLM(WordLM):
     """A :class:`lm_models.lstm.model.ContextLSTM` checkpoint behind the LanguageModel contract.
 
     ``path`` is a checkpoint folder; ``device`` None or ``auto`` picks CUDA when available;
@@ -139,7 +140,7 @@ class TorchLM:
         self.name = name or path.name.split(".")[0] or "torch"
         self.path = path
         self.vocab_tokens: tuple[str, ...] = tuple(tokens)
-        self._vocab = WordVocab(tokens, case)
+        self.words = WordVocab(tokens, case)
         self.batch_nodes = batch_nodes
         self.max_contexts = max_contexts
         self._contexts = ContextKeys(model.config.context_vars, self.name, logger)
@@ -152,20 +153,8 @@ class TorchLM:
         """The loaded model (eval mode)."""
         return self._model
 
-    @property
-    def case(self) -> str:
-        """The case mapping in use (``auto`` until the first sentences decided it)."""
-        return self._vocab.case
-
-    def to_units(self, words: Sequence[str]) -> list[str]:
-        """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
-        return self._vocab.to_units(words)
-
     def _ids(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
-        return self._vocab.ids(sentences)
-
-    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        return self._vocab.oov_flags(sentences)
+        return self.words.ids(sentences)
 
     # -- contexts --------------------------------------------------------------------------------
     def context_key(self, record: Context | None) -> ContextKey:
@@ -330,9 +319,8 @@ class TorchLM:
         Tokens are words (case-mapped as in :meth:`token_logprobs`; with ``case="auto"`` not yet
         decided, the first call's tokens decide it) or ``</s>``.
         """
-        if len(states) != len(tokens):
-            raise ValueError(f"got {len(states)} states but {len(tokens)} tokens")
-        target_ids = self._vocab.token_ids(tokens)
+        check_advance(states, tokens)
+        target_ids = self.words.token_ids(tokens)
         out = np.empty(len(tokens), dtype=np.float64)
         new_states: list[TorchLMState | None] = [None] * len(tokens)
         groups: dict[ContextKey, list[int]] = {}
@@ -358,20 +346,14 @@ class TorchLM:
                     new_states[i] = TorchLMState(key, h[:, j], m[:, j], target_ids[i])
         return out, new_states  # type: ignore[return-value]
 
-    def __repr__(self) -> str:
+    def describe(self) -> dict[str, Any]:
         cfg = self._model.config
-        return (
-            f"TorchLM({str(self.path)!r}, mode={cfg.mode!r}, vocab={cfg.vocab_size}, "
-            f"device={str(self.device)!r}, case={self.case!r})"
-        )
+        return {
+            "mode": cfg.mode,
+            "vocab": cfg.vocab_size,
+            "device": str(self.device),
+            "case": self.case,
+        }
 
 
-def load_torch_lm(spec: LMSpec, options: Mapping[str, Any]) -> TorchLM:
-    """The ``torch`` loader of :data:`rescorer.lms.LOADERS` (options: case, device, batch_nodes)."""
-    return TorchLM(
-        spec.path,
-        name=spec.name,
-        case=options.get("case", "auto"),
-        device=options.get("device"),
-        batch_nodes=options.get("batch_nodes", DEFAULT_BATCH_NODES),
-    )
+load_torch_lm = loader(TorchLM, "device", "batch_nodes")

@@ -1,7 +1,8 @@
 """Words into a neural model's token ids: case mapping, ``<unk>`` for unknown words, OOV flags.
 
-Shared by every model adapter whose units are the words of a fixed vocabulary (``torch:`` and
-``onnx:`` models): :class:`WordVocab` holds the vocabulary (token ``i`` has id ``i``) and the case
+:class:`CaseMapping` is the case mapping of every word-level adapter over its own membership test;
+:class:`WordVocab` adds ids for the adapters whose units are the words of a fixed vocabulary
+(``torch:``, ``onnx:``, ``lbl:``): it holds the vocabulary (token ``i`` has id ``i``) and the case
 mapping (``auto`` decides it from the first words it sees, see :func:`rescorer.text.choose_case`).
 A word not in the vocabulary after the mapping gets the unknown id and is flagged by
 :meth:`WordVocab.oov_flags`. Pure Python: no torch, no numpy beyond the flag arrays.
@@ -19,26 +20,19 @@ from rescorer.text import CASE_MODES, case_function, choose_case
 UNK_ID = 0  # id of <unk> in the toolkit's vocabularies (lm_models.vocab: <unk>=0, <s>=1, </s>=2)
 
 
-class WordVocab:
-    """A model's vocabulary seen from the word side.
+class CaseMapping:
+    """Words into a model's case, for any membership test ``known(token) -> bool``.
 
-    ``tokens[i]`` is the token of id ``i``; ``case`` is ``auto``, ``none``, ``lower`` or ``upper``
-    (``auto``: decided from the first non-empty batch of words given to any method).
+    ``case`` is ``auto``, ``none``, ``lower`` or ``upper`` (``auto``: decided from the first
+    non-empty batch of words given to any method, by which mapping finds more known words).
     """
 
-    def __init__(self, tokens: Sequence[str], case: str = "auto", unk_id: int = UNK_ID) -> None:
+    def __init__(self, case: str, known: Callable[[str], bool]) -> None:
         if case not in CASE_MODES:
             raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
-        self.tokens: tuple[str, ...] = tuple(tokens)
-        if not 0 <= unk_id < len(self.tokens):
-            raise ValueError(f"unk_id must be in [0, {len(self.tokens)}), got {unk_id}")
-        self.unk_id = unk_id
-        self.index: dict[str, int] = {tok: i for i, tok in enumerate(self.tokens)}
+        self.known = known
         self._case = case
         self._map: Callable[[str], str] | None = None if case == "auto" else case_function(case)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
 
     @property
     def case(self) -> str:
@@ -50,27 +44,49 @@ class WordVocab:
         if self._map is None:
             if not any(sentences):  # nothing to decide from: leave words alone for now
                 return case_function("none")
-            mode = choose_case((w for s in sentences for w in s), self.index.__contains__)
+            mode = choose_case((w for s in sentences for w in s), self.known)
             self._case = mode
             self._map = case_function(mode)
         return self._map
+
+    def current(self) -> Callable[[str], str]:
+        """The mapping decided so far (words left alone while ``auto`` is undecided)."""
+        return self._map or case_function("none")
 
     def to_units(self, words: Sequence[str]) -> list[str]:
         """The model's tokens for ``words`` (case-mapped; no ``</s>``)."""
         fn = self.mapping([words])
         return [fn(w) for w in words]
 
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Per sentence, a bool per word: True where the mapped word is not known."""
+        fn = self.mapping(sentences)
+        known = self.known
+        return [np.array([not known(fn(w)) for w in words], dtype=bool) for words in sentences]
+
+
+class WordVocab(CaseMapping):
+    """A model's vocabulary seen from the word side: case mapping, ids, OOV flags.
+
+    ``tokens[i]`` is the token of id ``i``; ``case`` as for :class:`CaseMapping`.
+    """
+
+    def __init__(self, tokens: Sequence[str], case: str = "auto", unk_id: int = UNK_ID) -> None:
+        self.tokens: tuple[str, ...] = tuple(tokens)
+        self.index: dict[str, int] = {tok: i for i, tok in enumerate(self.tokens)}
+        super().__init__(case, self.index.__contains__)
+        if not 0 <= unk_id < len(self.tokens):
+            raise ValueError(f"unk_id must be in [0, {len(self.tokens)}), got {unk_id}")
+        self.unk_id = unk_id
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
     def ids(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
         """Token ids of each sentence's words (unknown words: the unknown id; no <s>, </s>)."""
         fn = self.mapping(sentences)
         get, unk = self.index.get, self.unk_id
         return [[get(fn(w), unk) for w in words] for words in sentences]
-
-    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
-        """Per sentence, a bool per word: True where the word is not in the vocabulary."""
-        fn = self.mapping(sentences)
-        index = self.index
-        return [np.array([fn(w) not in index for w in words], dtype=bool) for words in sentences]
 
     def token_ids(self, tokens: Sequence[str]) -> list[int]:
         """Ids of streaming tokens: words (case-mapped) or the literal ``<s>`` / ``</s>``."""
