@@ -296,6 +296,47 @@ class FitResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class TrainRun:
+    """What a family's training run did; its best checkpoint is in ``out_dir``."""
+
+    # Best dev value (what early stopping minimised) and its epoch.
+    best_dev_ppl: float
+    best_epoch: int
+    # Every epoch run.
+    epochs: tuple[EpochRecord, ...]
+    # Where the checkpoint is, the device used, the parameter count, wall seconds in all.
+    out_dir: Path
+    device: str
+    parameters: int
+    seconds: float
+
+    @classmethod
+    def of(
+        cls, fitted: FitResult, out_dir: Path, device: object, parameters: int, seconds: float
+    ) -> TrainRun:
+        return cls(
+            fitted.best_dev_ppl,
+            fitted.best_epoch,
+            fitted.epochs,
+            Path(out_dir),
+            str(device),
+            parameters,
+            seconds,
+        )
+
+    def meta(self, **more: Any) -> dict[str, Any]:
+        """The checkpoint's ``training.json``: the run, then the family's own entries."""
+        return {
+            "best_epoch": self.best_epoch,
+            "best_dev_ppl": self.best_dev_ppl,
+            "epochs": [asdict(e) for e in self.epochs],
+            **more,
+            "device": self.device,
+            "seconds": self.seconds,
+        }
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,

@@ -39,7 +39,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from lm_models.training import (
     FitOptions,
     SectionedConfig,
     Step,
+    TrainRun,
     config_training_main,
     fit,
 )
@@ -318,38 +319,6 @@ def build_lm(
 # -- training ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FNLMEpoch:
-    """One epoch of training."""
-
-    epoch: int
-    # Mean flattened-weight negative log-likelihood of the training tokens (nats).
-    train_loss: float
-    # Dev perplexities without and with unknown words (lm_models.fnlm.evaluate).
-    dev_ppl_no_unk: float
-    dev_ppl_with_unk: float
-    # Training tokens, seconds, learning rate of the epoch.
-    tokens: int
-    seconds: float
-    lr: float
-
-
-@dataclass(frozen=True)
-class FNLMTrainResult:
-    """What a training run achieved."""
-
-    # Dev perplexity (train.select_by) of the kept model, and its epoch.
-    best_dev_ppl: float
-    best_epoch: int
-    # One entry per epoch run.
-    epochs: tuple[FNLMEpoch, ...]
-    # Where the checkpoint is, the device used, the parameter count, the training wall time.
-    out_dir: Path
-    device: str
-    parameters: int
-    seconds: float
-
-
 def _l2_penalty(model: FNLM) -> torch.Tensor:
     dense = [model.hidden.weight, model.out.weight]
     if model.class_out is not None:
@@ -359,7 +328,7 @@ def _l2_penalty(model: FNLM) -> torch.Tensor:
 
 def train_fnlm(
     cfg: FNLMTrainConfig, data_dir: Path, out_dir: Path, progress: bool = True
-) -> FNLMTrainResult:
+) -> TrainRun:
     """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
     t_start = time.perf_counter()
     opts = cfg.train
@@ -398,37 +367,14 @@ def train_fnlm(
         dev_lp = lm.score_encoded(dev)
         no_unk, with_unk = math.exp(-dev_lp[known].mean()), math.exp(-dev_lp.mean())
         selected = no_unk if opts.select_by == "no_unk" else with_unk
-        return DevResult(selected, {"no_unk": no_unk, "with_unk": with_unk})
+        return DevResult(selected, {"dev_ppl_no_unk": no_unk, "dev_ppl_with_unk": with_unk})
 
     fit_options = FitOptions.early_stopping(opts, progress, "FNLM")
     fitted = fit(model, optimizer, step, epoch_batches, evaluate, fit_options)
-    log = [
-        FNLMEpoch(
-            e.epoch,
-            e.train_loss,
-            e.extra["no_unk"],
-            e.extra["with_unk"],
-            e.tokens,
-            e.seconds,
-            e.lr,
-        )
-        for e in fitted.epochs
-    ]
-    best_ppl, best_epoch = fitted.best_dev_ppl, fitted.best_epoch
     seconds = time.perf_counter() - t_start
-    meta = {
-        "best_epoch": best_epoch,
-        "best_dev_ppl": best_ppl,
-        "epochs": [asdict(e) for e in log],
-        "data": summary,
-        "config": cfg.to_json(),
-        "device": str(device),
-        "seconds": seconds,
-    }
-    lm.save(out_dir, meta)
-    return FNLMTrainResult(
-        best_ppl, best_epoch, tuple(log), Path(out_dir), str(device), summary["parameters"], seconds
-    )
+    run = TrainRun.of(fitted, out_dir, device, summary["parameters"], seconds)
+    lm.save(out_dir, run.meta(data=summary, config=cfg.to_json()))
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> None:

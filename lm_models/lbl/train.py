@@ -44,7 +44,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,14 @@ from lm_models.lbl.model import (
     history_windows,
     save_lbl,
 )
-from lm_models.training import FitOptions, SectionedConfig, Step, config_training_main, fit
+from lm_models.training import (
+    FitOptions,
+    SectionedConfig,
+    Step,
+    TrainRun,
+    config_training_main,
+    fit,
+)
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary, build_vocabulary
 from rescorer.core.device import resolve_device
 
@@ -394,42 +401,9 @@ def perplexity(logprobs: np.ndarray) -> float:
 # -- training ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LBLEpoch:
-    """One epoch of training."""
-
-    # 1-based epoch number.
-    epoch: int
-    # Mean training negative log-likelihood per token (nats).
-    train_loss: float
-    # Dev perplexity (every token; unseen documents get the expected doc vector).
-    dev_ppl: float
-    # Tokens trained on, wall seconds, learning rate in this epoch.
-    tokens: int
-    seconds: float
-    lr: float
-
-
-@dataclass(frozen=True)
-class LBLTrainResult:
-    """What :func:`train_lbl` did."""
-
-    # Best dev perplexity and its epoch.
-    best_dev_ppl: float
-    best_epoch: int
-    # Every epoch's log.
-    epochs: tuple[LBLEpoch, ...]
-    # Where the checkpoint is.
-    out_dir: Path
-    # Device used, number of parameters, wall seconds in all.
-    device: str
-    parameters: int
-    seconds: float
-
-
 def train_lbl(
     cfg: LBLTrainConfig, data_dir: Path, out_dir: Path, progress: bool = True
-) -> LBLTrainResult:
+) -> TrainRun:
     """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
     t_start = time.perf_counter()
     opts = cfg.train
@@ -479,29 +453,15 @@ def train_lbl(
         lambda: perplexity(score_rows(model, dev)),
         fit_options,
     )
-    log = [
-        LBLEpoch(e.epoch, e.train_loss, e.dev_ppl, e.tokens, e.seconds, e.lr) for e in fitted.epochs
-    ]
-    best_ppl, best_epoch = fitted.best_dev_ppl, fitted.best_epoch
     seconds = time.perf_counter() - t_start
-    meta = {
-        "best_epoch": best_epoch,
-        "best_dev_ppl": best_ppl,
-        "epochs": [asdict(e) for e in log],
-        "data": summary,
-        "split": {
-            "train": [d.doc_id for d in train_docs],
-            "dev": [d.doc_id for d in dev_docs],
-            "test": [d.doc_id for d in test_docs],
-        },
-        "config": cfg.to_json(),
-        "device": str(device),
-        "seconds": seconds,
+    run = TrainRun.of(fitted, out_dir, device, summary["parameters"], seconds)
+    split = {
+        "train": [d.doc_id for d in train_docs],
+        "dev": [d.doc_id for d in dev_docs],
+        "test": [d.doc_id for d in test_docs],
     }
-    save_lbl(out_dir, model, vocab, meta)
-    return LBLTrainResult(
-        best_ppl, best_epoch, tuple(log), Path(out_dir), str(device), summary["parameters"], seconds
-    )
+    save_lbl(out_dir, model, vocab, run.meta(data=summary, split=split, config=cfg.to_json()))
+    return run
 
 
 # -- attribute vectors ---------------------------------------------------------------------------
