@@ -10,7 +10,14 @@ random directions until a sweep brings no gain (Powell-style), and repeat from r
 
 Features are searched in a standardised space (each divided by its mean within-list standard
 deviation) so one step size and one restart range fit features of any scale; the anchor feature
-is held at weight 1 because the selection is invariant to scaling all weights together.
+is held at weight 1 because the selection is invariant to scaling all weights together. Values
+of a log-zero size (|x| >= 1e10, e.g. SRILM's -1e30 for an impossible event) are left out of
+that scale, so a few of them do not shrink the rest of their column to nothing.
+
+The errors :func:`tune` reports are those of the weights it returns, counted as rescoring counts
+them (each list's ``feature_matrix @ weights``, first maximum wins): the search works in the
+standardised space, where a near-tie may fall the other way, so every start's end point is
+checked in original units and the best by that count is kept.
 """
 
 from __future__ import annotations
@@ -179,6 +186,53 @@ def _upper_envelope(a: np.ndarray, b: np.ndarray) -> list[tuple[float, int]]:
         t_cur = t_next
 
 
+LOG_ZERO_LIKE = 1e10
+"""Scores at least this large in magnitude stand for log zero (or a broken value): they are
+left out of the standardising scale."""
+
+
+def _check_finite(
+    feats: Sequence[np.ndarray], features: Sequence[str], utts: Sequence[str]
+) -> None:
+    """Refuse NaN and infinite scores, naming the feature, utterance and hypothesis."""
+    for utt, f in zip(utts, feats, strict=True):
+        bad = ~np.isfinite(f[:, :-1])
+        if bad.any():
+            hyp, col = (int(x) for x in np.argwhere(bad)[0])
+            raise ValueError(
+                f"feature {features[col]!r} of utterance {utt!r}, hypothesis {hyp + 1}: "
+                f"{f[hyp, col]} is not a finite score (write log zero as a large negative "
+                "number such as -1e30)"
+            )
+
+
+def _column_scale(feats: Sequence[np.ndarray]) -> np.ndarray:
+    """Mean within-list standard deviation of each column over its ordinary values.
+
+    Values with ``|x| >= LOG_ZERO_LIKE`` are left out (each list's std is over the rest, lists
+    with fewer than two such values do not count); a column without spread gets 1.
+    """
+    dim = feats[0].shape[1]
+    total, count = np.zeros(dim), np.zeros(dim)
+    for f in feats:
+        ordinary = np.abs(f) < LOG_ZERO_LIKE
+        n = ordinary.sum(axis=0)
+        x = np.where(ordinary, f, 0.0)
+        mean = x.sum(axis=0) / np.maximum(n, 1)
+        var = (np.where(ordinary, f - mean, 0.0) ** 2).sum(axis=0) / np.maximum(n, 1)
+        use = n >= 2
+        total[use] += np.sqrt(var[use])
+        count[use] += 1
+    scale = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+    scale[scale <= 1e-12] = 1.0
+    return scale
+
+
+def _rescored_errors(feats: Sequence[np.ndarray], errs: Sequence[np.ndarray], w: np.ndarray) -> int:
+    """Errors of weights ``w`` selected as rescoring selects (per list ``F @ w``, first max)."""
+    return int(sum(int(e[int(np.argmax(f @ w))]) for f, e in zip(feats, errs, strict=True)))
+
+
 def tune(
     nbest: NBest,
     refs: Mapping[str, Sequence[str]],
@@ -205,10 +259,9 @@ def tune(
     # Utterances without hypotheses add their reference words as deletions whatever the weights.
     fixed_errors = sum(len(refs[u]) for u in nbest if len(nbest[u]) == 0)
 
+    _check_finite(feats, features, utts)
     dim = len(features) + 1
-    # Standardise: mean within-list standard deviation of each column (1 where it is constant).
-    scale = np.array([f.std(axis=0) for f in feats]).mean(axis=0)
-    scale[scale <= 1e-12] = 1.0
+    scale = _column_scale(feats)
     problem = _Problem([f / scale for f in feats], errs)
     k_anchor = features.index(anchor)
     free = [k for k in range(dim) if k != k_anchor and (k < dim - 1 or options.tune_length)]
@@ -235,6 +288,7 @@ def tune(
     trace: list[TraceStep] = []
     best_w, best_err = w0.copy(), problem.errors(w0)
     start_errors: list[int] = []
+    ends: list[np.ndarray] = []
     for start in range(options.restarts + 1):
         if start == 0:
             w = w0.copy()
@@ -273,11 +327,31 @@ def tune(
                 break
         start_errors.append(err + fixed_errors)
         logger.info("start %d ends at %d errors", start, err + fixed_errors)
+        ends.append(w.copy())
         if err < best_err:
             best_w, best_err = w.copy(), err
-    # Back to original units, anchor at weight 1.
-    w_orig = best_w / scale
-    w_orig = w_orig / w_orig[k_anchor]
+
+    def to_orig(w: np.ndarray) -> np.ndarray:  # standardised -> original units, anchor 1
+        v = w / scale
+        return v / v[k_anchor]
+
+    # What the search found, counted in original units as rescoring will count it; near-ties
+    # can fall the other way there, so every start's end point (and the start) competes.
+    searched = best_err
+    counted = [(_rescored_errors(feats, errs, to_orig(w)), i) for i, w in enumerate(ends)]
+    best_err = _rescored_errors(feats, errs, to_orig(best_w))
+    fallback = min(counted, default=(best_err, -1))
+    if fallback[0] < best_err:
+        best_w, best_err = ends[fallback[1]], fallback[0]
+    if best_err != searched:
+        logger.warning(
+            "the search counted %d errors, its weights give %d in original units (a near-tie); "
+            "reporting %d, the count of the weights written",
+            searched + fixed_errors,
+            _rescored_errors(feats, errs, to_orig(best_w)) + fixed_errors,
+            best_err + fixed_errors,
+        )
+    w_orig = to_orig(best_w)
     weights = Weights(
         {n: float(v) for n, v in zip(features, w_orig[:-1], strict=True)},
         float(w_orig[-1]),
@@ -301,14 +375,6 @@ def tune(
             ],
         },
     )
-    # The weights in original units must select the same hypotheses (a near-tie could flip).
-    check_err = _Problem(feats, errs).errors(weights.vector())
-    if check_err != best_err:
-        logger.warning(
-            "tuned weights give %d errors in original units vs %d in the search (near-tie)",
-            check_err + fixed_errors,
-            best_err + fixed_errors,
-        )
     return TuneResult(
         weights=weights,
         errors=best_err + fixed_errors,

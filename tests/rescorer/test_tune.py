@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,74 @@ def test_empty_lists_count_as_deletions() -> None:
     refs = {**refs, "empty": ("one", "two", "three")}
     result = tune(NBest(lists), refs, ["am", "lm"], TuneOptions(restarts=1, tune_length=False))
     assert result.errors == 3
+
+
+def noisy_problem(seed: int) -> tuple[NBest, dict[str, tuple[str, ...]]]:
+    """Planted lists plus a log-zero column (a few -1e30, as SRILM writes them), a column of
+    huge offsets (1e12 + small differences) and many exact ties."""
+    nbest, refs = planted_problem(n_utt=120, n_hyp=10, seed=seed, vary_length=True)
+    rng = np.random.default_rng(seed + 100)
+    lists = []
+    for nb in nbest.values():
+        hyps = []
+        for h in nb:
+            zero = rng.random() < 0.03
+            scores = {
+                **h.scores,
+                "srilm": -1e30 if zero else float(rng.normal() * 4),
+                "huge": 1e12 + float(rng.integers(0, 5)),
+                "tied": float(rng.integers(0, 2)),
+            }
+            hyps.append(Hypothesis(h.words, scores))
+        lists.append(NBestList(nb.utt_id, hyps))
+    return NBest(lists), refs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reported_errors_equal_a_fresh_rescoring(seed: int, tmp_path: Path) -> None:
+    nbest, refs = noisy_problem(seed)
+    features = ["am", "lm", "srilm", "huge", "tied"]
+    result = tune(nbest, refs, features, TuneOptions(restarts=3, seed=seed))
+    # the written weights, read back as rescore reads them, give the reported count
+    result.weights.save(tmp_path / "w.json")
+    written = Weights.load(tmp_path / "w.json")
+    rescored = score_corpus(refs, one_best(nbest, written)).total.errors
+    assert result.errors == rescored == written.meta["dev_errors"]
+    assert result.errors < score_corpus(refs, one_best(nbest)).total.errors
+
+
+def test_log_zero_values_do_not_shrink_their_column() -> None:
+    from rescorer.tune import _column_scale
+
+    a = np.array([[0.0, 1.0], [2.0, -1e30], [4.0, 3.0]])
+    b = np.array([[1.0, -1e30], [3.0, 5.0]])
+    scale = _column_scale([a, b])
+    np.testing.assert_allclose(scale[0], (np.std([0, 2, 4]) + np.std([1, 3])) / 2)
+    assert scale[1] == pytest.approx(1.0)  # list a: std of (1, 3); list b: one value, left out
+
+
+def test_non_finite_scores_are_refused_with_their_place() -> None:
+    nbest, refs = planted_problem(n_utt=5)
+    lists = list(nbest.values())
+    hyps = list(lists[2].hyps)
+    hyps[1] = Hypothesis(hyps[1].words, {**hyps[1].scores, "lm": float("nan")})
+    lists[2] = NBestList(lists[2].utt_id, hyps)
+    with pytest.raises(ValueError, match=r"feature 'lm' of utterance 'u002', hypothesis 2: nan"):
+        tune(NBest(lists), refs, ["am", "lm"])
+
+
+def test_the_reported_count_is_the_written_weights_even_when_the_search_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nbest, refs = noisy_problem(3)  # "am" and "tied" alone cannot get every list right
+    real = _Problem.line_search
+
+    def optimistic(self: _Problem, w: np.ndarray, d: np.ndarray) -> tuple[float, int]:
+        step, errors = real(self, w, d)
+        return step, max(errors - 7, 0)  # a search that mis-tracks its error count
+
+    monkeypatch.setattr(_Problem, "line_search", optimistic)
+    result = tune(nbest, refs, ["am", "tied"], TuneOptions(restarts=2))
+    rescored = score_corpus(refs, one_best(nbest, result.weights)).total.errors
+    assert rescored > 7  # so an optimistic count would show
+    assert result.errors == rescored == result.weights.meta["dev_errors"]
