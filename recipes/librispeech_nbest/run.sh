@@ -11,7 +11,9 @@
 # ORDER (n-gram order, 4), PRUNE (lmplz thresholds, e.g. 0,0,1,1; default none), MEMORY (lmplz
 # sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0), LSTM (0; 1: also train a
 # word LSTM on the books and use it as a feature), LSTM_EVERY (train it on every n-th
-# book sentence, 5; its size is in conf/lstm.json).
+# book sentence, 5), LSTM_CONF (its training config, conf/lstm.json; conf/lstm_books.json is
+# a 1x512 LSTM over 50k words with the class-factored output, meant for all the books:
+# LSTM_EVERY=1, on a GPU).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -25,6 +27,7 @@ RESTARTS=${RESTARTS:-10}
 SEED=${SEED:-0}
 LSTM=${LSTM:-0}
 LSTM_EVERY=${LSTM_EVERY:-5}
+LSTM_CONF=${LSTM_CONF:-$HERE/conf/lstm.json}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 NBEST=$DATA/nbest/librispeech-espnet
@@ -57,7 +60,7 @@ fi
 if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$EXP/lstm/best/model.safetensors" ]; then
   log "stage 3: training the word LSTM (every ${LSTM_EVERY}th sentence of the books)"
   awk -v n="$LSTM_EVERY" 'NR % n == 0' "$EXP/lm/books.txt" > "$EXP/lm/lstm_train.txt"
-  timed lstm "$RESCORER" train "$HERE/conf/lstm.json" --data-dir "$EXP/lm" --out "$EXP/lstm"
+  timed lstm "$RESCORER" train "$LSTM_CONF" --data-dir "$EXP/lm" --out "$EXP/lstm"
 fi
 
 # Scored N-best lists: the LSTM adds two columns, so runs with and without it keep separate files.
@@ -130,5 +133,5 @@ if run_stage 7; then
   log "stage 7: results table"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF")"
 fi
