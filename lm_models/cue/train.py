@@ -295,6 +295,20 @@ class StageResult:
     seconds: float
 
 
+def one_cycle(
+    optimizer: torch.optim.Optimizer, lr: float, steps: int
+) -> torch.optim.lr_scheduler.OneCycleLR:
+    """The one-cycle schedule of ``steps`` optimizer steps: 10 % warm-up to ``lr``, then down.
+
+    The warm-up has at least 2 steps (OneCycleLR divides by the length of a phase, which was 0
+    at exactly 9 steps); runs of 19 steps or more keep exactly 10 %.
+    """
+    total = max(4, steps)
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=lr, total_steps=total + 1, pct_start=max(0.1, 2 / (total + 1))
+    )
+
+
 def _fit(
     model: nn.Module,
     params: list[nn.Parameter],
@@ -310,10 +324,7 @@ def _fit(
     gen = torch.Generator().manual_seed(opts.seed)
     torch.manual_seed(opts.seed)
     optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
-    total = max(1, steps_per_epoch * opts.epochs)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=opts.lr, total_steps=total + 1, pct_start=0.1
-    )
+    schedule = one_cycle(optimizer, opts.lr, steps_per_epoch * opts.epochs)
     initial = dev()
 
     def step(out: tuple[Tensor, int]) -> Step:

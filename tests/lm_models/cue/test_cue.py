@@ -387,3 +387,19 @@ def test_pretrained_encoder_loads_offline() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     near, far = map(float, out.stdout.split())
     assert near > far  # news is closer to press reportage than to a cat on a mat
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 9, 10, 19, 20, 57])
+def test_one_cycle_schedule_runs_any_number_of_steps(steps: int) -> None:
+    from lm_models.cue.train import one_cycle
+
+    param = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([param], lr=0.1)
+    schedule = one_cycle(opt, 0.1, steps)
+    lrs = []
+    for _ in range(steps):
+        opt.step()
+        schedule.step()
+        lrs.append(opt.param_groups[0]["lr"])
+    if steps >= 19:
+        assert max(lrs) == pytest.approx(0.1, rel=0.05) and lrs[-1] < 0.01
