@@ -74,10 +74,17 @@ class ClassFactoredSoftmax(nn.Module):
 
     ``word_classes[w]`` is the class of unit w (ids 0..C-1, every class non-empty); ``in_dim``
     the width of z; ``never`` the units never predicted. The class layer (U, u) is this module's
-    own; word weights and biases are passed in (the family owns, and may tie, them).
+    own; word weights and biases are passed in (the family owns, and may tie, them). With
+    ``tie_singletons`` False a class of one word gets a row of U like any other class.
     """
 
-    def __init__(self, word_classes: Sequence[int], in_dim: int, never: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        word_classes: Sequence[int],
+        in_dim: int,
+        never: Sequence[int] = (),
+        tie_singletons: bool = True,
+    ) -> None:
         super().__init__()
         cls = torch.as_tensor(list(word_classes), dtype=torch.long)
         if cls.dim() != 1 or len(cls) == 0 or int(cls.min()) < 0:
@@ -97,7 +104,8 @@ class ClassFactoredSoftmax(nn.Module):
         self.vocab_size = len(cls)
         self.num_classes = num_classes
         # Singleton classes take their word's logit; the other classes ("clusters") a row of U.
-        single = sizes == 1
+        # tie_singletons=False gives every class its own row of U (the factored NLM's layer)
+        single = (sizes == 1) if tie_singletons else torch.zeros_like(sizes, dtype=torch.bool)
         cluster_ids = torch.nonzero(~single).flatten()
         single_ids = torch.nonzero(single).flatten()
         first = torch.full((num_classes,), -1, dtype=torch.long)

@@ -152,3 +152,15 @@ def test_bad_classes_are_refused() -> None:
     layer, weight, bias, z, targets = setup(3)
     with pytest.raises(ValueError, match="expected z"):
         layer.log_prob(z.unsqueeze(0), targets, weight, bias)
+
+
+def test_untied_singletons_get_rows_of_their_own_and_stay_exact() -> None:
+    _, weight, bias, z, targets = setup(3, shortlist=10)
+    classes = ClassFactoredSoftmax(setup(3, shortlist=10)[0].class_of.tolist(), IN)
+    untied = ClassFactoredSoftmax(classes.class_of.tolist(), IN, tie_singletons=False).double()
+    assert untied.class_layer.weight.shape == (untied.num_classes, IN)
+    assert len(untied.single_words) == 0 and len(classes.single_words) >= 10
+    lp = untied.log_probs(z, weight, bias)
+    torch.testing.assert_close(lp.exp().sum(-1), torch.ones(N, dtype=torch.float64))
+    picked = lp.gather(1, targets.unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(untied.log_prob(z, targets, weight, bias), picked)
