@@ -132,16 +132,137 @@ class ClassFactoredSoftmax(nn.Module):
         self.register_buffer("never", never_t, persistent=False)
         self.starts = start.tolist()
         self.sizes = sizes.tolist()
+        # Training reads the word rows as segments: the singletons' words (in slot order), then
+        # each cluster's words. One index_select and one split per step, so the backward pass
+        # builds a single (V, in) gradient; indexing the weight once per cluster built one per
+        # cluster (a 50k x 256 zero-fill each, a third of a training step at V = 50k).
+        segments = [first[single_ids]]
+        segments += [order[start[k] : start[k] + sizes[k]] for k in cluster_ids.tolist()]
+        grouped = torch.cat(segments)
+        self.register_buffer("grouped", grouped, persistent=False)  # (V,) words by segment
+        self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls))))
+        self.segment_sizes = [len(seg) for seg in segments]
+        self.segment_of_cluster = {k: i + 1 for i, k in enumerate(cluster_ids.tolist())}
 
     def class_log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(..., in) -> (..., C): log P(c | h). ``bias`` (V,) or per row (..., V)."""
         words = self.single_words
-        if bias.dim() == 1:
-            single = F.linear(z, weight[words], bias[words])
+        return self._class_log_probs(z, weight[words], bias[..., words])
+
+    def _class_log_probs(self, z: Tensor, single_w: Tensor, single_b: Tensor) -> Tensor:
+        """log P(c | h) from the singletons' word rows (S, in) and biases (S,) | (..., S)."""
+        if single_b.dim() == 1:
+            single = F.linear(z, single_w, single_b)
         else:
-            single = F.linear(z, weight[words]) + bias[..., words]
+            single = F.linear(z, single_w) + single_b
         logits = torch.cat([single, self.class_layer(z).expand(*single.shape[:-1], -1)], -1)
         return F.log_softmax(logits.index_select(-1, self.class_slot), dim=-1)
+
+    def log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(..., in) -> (..., V) natural-log probabilities of every word."""
+        return F.log_softmax(self._logits(z, weight, bias), dim=-1)
+
+    def log_prob(self, z: Tensor, targets: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(N, in), (N,) -> (N,) natural-log probability of each target."""
+        return self.log_probs(z, weight, bias).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+class ClassFactoredSoftmax(nn.Module):
+    """Exact P(w|h) = P(c(w)|h) P(w|c(w),h) with C classes (see the module docstring).
+
+    ``word_classes[w]`` is the class of unit w (ids 0..C-1, every class non-empty); ``in_dim``
+    the width of z; ``never`` the units never predicted. The class layer (U, u) is this module's
+    own; word weights and biases are passed in (the family owns, and may tie, them). With
+    ``tie_singletons`` False a class of one word gets a row of U like any other class.
+    """
+
+    def __init__(
+        self,
+        word_classes: Sequence[int],
+        in_dim: int,
+        never: Sequence[int] = (),
+        tie_singletons: bool = True,
+    ) -> None:
+        super().__init__()
+        cls = torch.as_tensor(list(word_classes), dtype=torch.long)
+        if cls.dim() != 1 or len(cls) == 0 or int(cls.min()) < 0:
+            raise ValueError("word_classes: expected a non-empty list of class ids >= 0")
+        num_classes = int(cls.max()) + 1
+        sizes = torch.bincount(cls, minlength=num_classes)
+        if bool((sizes == 0).any()):
+            empty = torch.nonzero(sizes == 0).flatten().tolist()
+            raise ValueError(
+                f"word_classes: classes {empty[:10]} have no word (ids must be 0..C-1)"
+            )
+        never_t = torch.tensor(sorted(set(never)), dtype=torch.long)
+        predictable = torch.ones(len(cls), dtype=torch.bool)
+        predictable[never_t] = False
+        if bool((torch.bincount(cls[predictable], minlength=num_classes) == 0).any()):
+            raise ValueError("word_classes: a class holds only units that are never predicted")
+        self.vocab_size = len(cls)
+        self.num_classes = num_classes
+        # Singleton classes take their word's logit; the other classes ("clusters") a row of U.
+        # tie_singletons=False gives every class its own row of U (the factored NLM's layer)
+        single = (sizes == 1) if tie_singletons else torch.zeros_like(sizes, dtype=torch.bool)
+        cluster_ids = torch.nonzero(~single).flatten()
+        single_ids = torch.nonzero(single).flatten()
+        first = torch.full((num_classes,), -1, dtype=torch.long)
+        first[cls.flip(0)] = torch.arange(len(cls) - 1, -1, -1)  # a word of each class
+        with warnings.catch_warnings():  # no clusters: an empty U (init warns about it)
+            warnings.simplefilter("ignore", UserWarning)
+            self.class_layer = nn.Linear(in_dim, len(cluster_ids))  # U, u (a row per cluster)
+        # class logits are cat([word logits of the singletons, U z + u]) put in class-id order
+        slot = torch.empty(num_classes, dtype=torch.long)
+        slot[single_ids] = torch.arange(len(single_ids))
+        slot[cluster_ids] = len(single_ids) + torch.arange(len(cluster_ids))
+        self.register_buffer("single_words", first[single_ids], persistent=False)
+        self.register_buffer("class_slot", slot, persistent=False)
+        self.clusters = cluster_ids.tolist()
+        # Words sorted by class: class k's words are order[start[k] : start[k] + sizes[k]].
+        order = torch.argsort(cls, stable=True)
+        start = torch.cumsum(sizes, 0) - sizes
+        position = torch.empty_like(cls)
+        position[order] = torch.arange(len(cls)) - start[cls[order]]
+        # Derived from the word classes (which the family's config holds): not saved weights.
+        self.register_buffer("class_of", cls, persistent=False)  # (V,)
+        self.register_buffer("order", order, persistent=False)  # (V,)
+        self.register_buffer("position", position, persistent=False)  # (V,) index in class
+        self.register_buffer("never", never_t, persistent=False)
+        self.starts = start.tolist()
+        self.sizes = sizes.tolist()
+        # Training reads the word rows as segments: the singletons' words (in slot order), then
+        # each cluster's words. One index_select and one split per step, so the backward pass
+        # builds a single (V, in) gradient; indexing the weight once per cluster built one per
+        # cluster (a 50k x 256 zero-fill each, a third of a training step at V = 50k).
+        segments = [first[single_ids]]
+        segments += [order[start[k] : start[k] + sizes[k]] for k in cluster_ids.tolist()]
+        grouped = torch.cat(segments)
+        self.register_buffer("grouped", grouped, persistent=False)  # (V,) words by segment
+        self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls))))
+        self.segment_sizes = [len(seg) for seg in segments]
+        self.segment_of_cluster = {k: i + 1 for i, k in enumerate(cluster_ids.tolist())}
+
+    def class_log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(..., in) -> (..., C): log P(c | h). ``bias`` (V,) or per row (..., V)."""
+        words = self.single_words
+        return self._class_log_probs(z, weight[words], bias[..., words])
+
+    def _class_log_probs(self, z: Tensor, single_w: Tensor, single_b: Tensor) -> Tensor:
+        """log P(c | h) from the singletons' word rows (S, in) and biases (S,) | (..., S)."""
+        if single_b.dim() == 1:
+            single = F.linear(z, single_w, single_b)
+        else:
+            single = F.linear(z, single_w) + single_b
+        logits = torch.cat([single, self.class_layer(z).expand(*single.shape[:-1], -1)], -1)
+        return F.log_softmax(logits.index_select(-1, self.class_slot), dim=-1)
+
+    def _segments(self, table: Tensor) -> tuple[Tensor, ...]:
+        """``table`` (V, ...) or (N, V) cut into the segments of ``grouped`` along the vocabulary
+        axis (the last for a 2-D bias, the first otherwise)."""
+        dim = -1 if table.dim() == 2 and table.shape[-1] == self.vocab_size and table.shape[0] != self.vocab_size else 0
+        if not self.grouped_is_identity:
+            table = table.index_select(dim, self.grouped)
+        return table.split(self.segment_sizes, dim=dim)
 
     def log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(..., in) -> (..., V): log P(w | h) of every unit (``never`` ones: -inf)."""
@@ -175,7 +296,12 @@ class ClassFactoredSoftmax(nn.Module):
                 f"{tuple(targets.shape)}"
             )
         cls = self.class_of[targets]  # (N,)
-        class_lp = self.class_log_probs(z, weight, bias)  # (N, C)
+        if not self.grouped_is_identity:  # one gather of the rows, in segment order
+            weight = weight.index_select(0, self.grouped)
+            bias = bias.index_select(-1, self.grouped)
+        w_seg = weight.split(self.segment_sizes)  # singletons' rows, then each cluster's
+        b_seg = bias.split(self.segment_sizes, dim=-1)
+        class_lp = self._class_log_probs(z, w_seg[0], b_seg[0])  # (N, C)
         out = class_lp.gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
         within = torch.zeros_like(out)  # a singleton class: log P(w|c(w),h) = 0
         never = self.never
@@ -185,9 +311,10 @@ class ClassFactoredSoftmax(nn.Module):
             if not bool(present[k]):
                 continue
             rows = torch.nonzero(cls == k).squeeze(1)  # (n_k,)
+            seg = self.segment_of_cluster[k]
             words = self.order[self.starts[k] : self.starts[k] + self.sizes[k]]  # (s_k,)
-            b = bias[words] if bias.dim() == 1 else bias[rows][:, words]
-            logits = F.linear(z[rows], weight[words]) + b  # (n_k, s_k)
+            b = b_seg[seg] if b_seg[seg].dim() == 1 else b_seg[seg][rows]
+            logits = F.linear(z[rows], w_seg[seg]) + b  # (n_k, s_k)
             if len(never):
                 logits = logits.masked_fill(torch.isin(words, never), -math.inf)
             lp = F.log_softmax(logits, dim=-1)

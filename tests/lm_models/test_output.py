@@ -79,8 +79,30 @@ def test_target_path_equals_the_full_distribution_and_its_gradient(
     picked = layer.log_probs(z, weight, b).gather(1, targets.unsqueeze(1)).squeeze(1)
     direct = layer.log_prob(z, targets, weight, b)
     torch.testing.assert_close(direct, picked, atol=1e-12, rtol=0)
-    g_full = torch.autograd.grad(picked.sum(), [weight, layer.class_layer.weight])
-    g_direct = torch.autograd.grad(direct.sum(), [weight, layer.class_layer.weight])
+    wrt = [weight, bias, layer.class_layer.weight, layer.class_layer.bias]
+    g_full = torch.autograd.grad(picked.sum(), wrt)
+    g_direct = torch.autograd.grad(direct.sum(), wrt)
+    for a, c in zip(g_full, g_direct, strict=True):
+        torch.testing.assert_close(a, c, atol=1e-10, rtol=0)
+
+
+def test_words_already_in_segment_order_are_read_without_a_gather() -> None:
+    # shortlist words first, then each cluster's words: the ids are the segment order
+    classes = [0, 1, 2, 3, 3, 3, 4, 4, 4, 4]
+    layer = ClassFactoredSoftmax(classes, IN).double()
+    assert layer.grouped_is_identity and layer.segment_sizes == [3, 3, 4]
+    shuffled = ClassFactoredSoftmax([3, 0, 4, 1, 3, 2, 4, 3, 4, 4], IN).double()
+    assert not shuffled.grouped_is_identity
+    gen = torch.Generator().manual_seed(5)
+    weight = torch.randn(10, IN, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(10, generator=gen, dtype=torch.float64, requires_grad=True)
+    z = torch.randn(N, IN, generator=gen, dtype=torch.float64)
+    targets = torch.randint(0, 10, (N,), generator=gen)
+    picked = layer.log_probs(z, weight, bias).gather(1, targets.unsqueeze(1)).squeeze(1)
+    direct = layer.log_prob(z, targets, weight, bias)
+    torch.testing.assert_close(direct, picked, atol=1e-12, rtol=0)
+    g_full = torch.autograd.grad(picked.sum(), [weight, bias])
+    g_direct = torch.autograd.grad(direct.sum(), [weight, bias])
     for a, c in zip(g_full, g_direct, strict=True):
         torch.testing.assert_close(a, c, atol=1e-10, rtol=0)
 
