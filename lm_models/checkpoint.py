@@ -7,6 +7,8 @@
       model.safetensors  the model's state dict (safetensors; never pickle)
       training.json      optional free-form training metadata
       (other .txt files) optional model-specific text files (the FNLM's factor vocabularies)
+      tokenizer.model    optional: a subword model's sentencepiece tokenizer (a protobuf, data
+                         only; lm_models.tokenizer), which cuts words into the vocabulary's units
 
 Loading reads the architecture from ``config.json`` and builds the model from
 :data:`MODEL_TYPES`, a plain dict ``name -> (ConfigClass, ModelClass)`` that knows no family: each
@@ -43,6 +45,7 @@ CONFIG_FILE = "config.json"
 VOCAB_FILE = "vocab.txt"
 WEIGHTS_FILE = "model.safetensors"
 TRAINING_FILE = "training.json"
+TOKENIZER_FILE = "tokenizer.model"  # the one binary extra file (lm_models.tokenizer)
 
 MODEL_TYPES: dict[str, tuple[type, type[nn.Module]]] = {}
 """model_type -> (ConfigClass, ModelClass); filled by the families (:func:`register_model_type`)."""
@@ -98,12 +101,13 @@ def save_checkpoint(
     model: nn.Module,
     vocab_tokens: Sequence[str],
     training_meta: Mapping[str, Any] | None = None,
-    extra_files: Mapping[str, str] | None = None,
+    extra_files: Mapping[str, str | bytes] | None = None,
 ) -> Path:
     """Write ``model`` and its vocabulary (``vocab_tokens[i]`` is id i) as a checkpoint folder.
 
-    ``extra_files`` maps further file names (plain ``*.txt`` names) to their text, written into
-    the folder with the rest (a model's own vocabularies beside ``vocab.txt``).
+    ``extra_files`` maps further file names to their contents, written into the folder with the
+    rest: plain ``*.txt`` names to text (a model's own vocabularies beside ``vocab.txt``), and
+    ``tokenizer.model`` to the bytes of a subword model's tokenizer.
 
     Everything is written to a temporary folder beside ``path`` and renamed into place, so a
     crash never leaves a half-written checkpoint. An existing checkpoint at ``path`` is replaced;
@@ -128,10 +132,15 @@ def save_checkpoint(
         raise ValueError(f"training metadata is not JSON-serialisable: {exc}") from None
     weights = {name: t.detach().to("cpu").contiguous() for name, t in model.state_dict().items()}
     extra = dict(extra_files or {})
-    for name in extra:
+    for name, content in extra.items():
         reserved = name in (CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, TRAINING_FILE)
-        if reserved or Path(name).name != name or not name.endswith(".txt"):
-            raise ValueError(f"extra checkpoint file must be a plain new *.txt name, got {name!r}")
+        text = Path(name).name == name and name.endswith(".txt") and isinstance(content, str)
+        binary = name == TOKENIZER_FILE and isinstance(content, bytes)
+        if reserved or not (text or binary):
+            raise ValueError(
+                f"extra checkpoint file must be a plain new *.txt name with text, or "
+                f"{TOKENIZER_FILE} with bytes; got {name!r} with {type(content).__name__}"
+            )
 
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
@@ -142,8 +151,11 @@ def save_checkpoint(
         save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": FORMAT})
         if training_text is not None:
             (tmp / TRAINING_FILE).write_text(training_text + "\n", encoding="utf-8")
-        for name, text in extra.items():
-            (tmp / name).write_text(text, encoding="utf-8")
+        for name, content in extra.items():
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            else:
+                (tmp / name).write_text(content, encoding="utf-8")
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())

@@ -51,13 +51,17 @@ def add_lm_scores(
     """Score every hypothesis with ``lm``; store the natural-log sentence probability as ``name``.
 
     With ``oov_feature``, the number of words the model does not know is stored too, as
-    ``<name>_oov``: a model scores every unknown word with the same ``<unk>`` probability, and a
-    separately weighted OOV count lets tuning decide how much an unknown word should cost.
+    ``<name>_oov`` (not for a subword model, which knows every word): a model scores every
+    unknown word with the same ``<unk>`` probability, and a separately weighted OOV count lets
+    tuning decide how much an unknown word should cost.
     ``contexts`` maps utterance ids to context records for context-aware models; every utterance
     of ``nbest`` must have one when it is given.
     """
     name = name or lm.name
     oov_name = f"{name}{OOV_SUFFIX}"
+    if oov_feature and lm.units == "subword":  # every word has pieces: the count is always 0
+        logger.info("%s: a subword model has no OOV words; no %s feature", name, oov_name)
+        oov_feature = False
     existing = nbest.score_names()
     for new in (name, oov_name) if oov_feature else (name,):
         if new in existing:

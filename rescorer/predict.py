@@ -463,7 +463,7 @@ def next_word_model(lm: Any, words: Sequence[str]) -> NextWordModel:
     if isinstance(lm, KenLM):
         return KenLMNextWord(lm, words)
     torch_lm = sys.modules.get("rescorer.lms.torch")
-    if torch_lm is not None and isinstance(lm, torch_lm.TorchLM):
+    if torch_lm is not None and isinstance(lm, torch_lm.TorchLM) and lm.units == "word":
         return TorchNextWord(lm, words)
     if callable(getattr(lm, "vocabulary", None)) and callable(getattr(lm, "next_logprobs", None)):
         return NativeNextWord(lm, words)

@@ -586,6 +586,30 @@ class ContextLSTM(nn.Module):
         out[rows] = picked
         return out
 
+    def step(self, tokens: Tensor, state: State, adapted: AdaptedWeights) -> tuple[Tensor, State]:
+        """The scorers' step: tokens (N, 1) -> top-layer outputs h (N, d) and the new state."""
+        h, state, _ = self._run(tokens, None, state, adapted)
+        return h[:, -1], state
+
+    def log_probs_at(
+        self, h: Tensor, rows: Tensor, targets: Tensor, adapted: AdaptedWeights
+    ) -> Tensor:
+        """ln P(targets[j] | h[rows[j]]): h (N, d), rows and targets (M,) -> (M,).
+
+        ``adapted`` holds weights shared by every row (one context). With the class-factored
+        output only the targets' classes are computed (the class softmax and one class's words
+        per target instead of all V words: the scorer's cost at large V); with the full softmax
+        each row's distribution is computed once however many targets it scores.
+        """
+        bias = adapted.output_bias
+        if bias.dim() != 1:
+            raise ValueError("log_probs_at: expected weights shared by every row (one context)")
+        if self.class_output is None:
+            log_probs = F.log_softmax(self._logits(h, bias), dim=-1)  # (N, V)
+            return log_probs[rows, targets]
+        projected = self.L(h) if self.L is not None else h  # (N, e)
+        return self.class_output.log_prob(projected[rows], targets, self._output_embedding(), bias)
+
     def hidden(
         self, tokens: Tensor, context: ContextLike = None, state: State | None = None
     ) -> Tensor:

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lm_models.batching import Batch, Example, bucket_batches, collate
-from lm_models.checkpoint import load_checkpoint, save_checkpoint
+from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint, save_checkpoint
 from lm_models.corpora import (
     Document,
     read_agnews,
@@ -46,7 +46,16 @@ from lm_models.corpora import (
 from lm_models.lstm.context import ContextVariable
 from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
-from lm_models.training import BestKeeper, EpochRecord, FitOptions, SectionedConfig, Step, fit
+from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+from lm_models.training import (
+    BestKeeper,
+    EpochRecord,
+    FitOptions,
+    SectionedConfig,
+    Step,
+    fit,
+    options_from_json,
+)
 from lm_models.vocab import Vocabulary, build_vocabulary
 from lm_models.word_classes import frequency_classes, shortlist_classes
 from rescorer.core.device import resolve_device
@@ -76,10 +85,17 @@ class DataConfig:
     # Vocabulary: at most this many types (specials included), each seen >= min_count times.
     vocab_size: int | None = 10000
     min_count: int = 1
+    # Subword units: a sentencepiece tokenizer learnt from the training split (e.g.
+    # {"kind": "unigram", "vocab_size": 8000}, see lm_models.tokenizer.TokenizerOptions) whose
+    # pieces are the model's units (vocab_size and min_count are then unused); None: words.
+    tokenizer: TokenizerOptions | None = None
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPUS_READERS:
             raise ValueError(f"corpus must be one of {sorted(CORPUS_READERS)}, got {self.corpus!r}")
+        if isinstance(self.tokenizer, Mapping):
+            tok = options_from_json(TokenizerOptions, self.tokenizer, "data.tokenizer")
+            object.__setattr__(self, "tokenizer", tok)
         object.__setattr__(self, "context_fields", tuple(self.context_fields))
         object.__setattr__(self, "split", tuple(self.split))
 
@@ -175,6 +191,8 @@ class PreparedData:
 
     vocab: Vocabulary
     context_vars: tuple[ContextVariable, ...]
+    # The subword tokenizer when the units are pieces (None: words).
+    tokenizer: SubwordTokenizer | None
     train: tuple[Example, ...]
     dev: tuple[Example, ...]
     # Document ids of each split (written beside the checkpoints for later evaluation).
@@ -192,18 +210,26 @@ def context_record(doc: Document, variables: Sequence[ContextVariable]) -> dict[
 
 
 def examples_of(
-    docs: Sequence[Document], vocab: Vocabulary, variables: Sequence[ContextVariable]
+    docs: Sequence[Document],
+    vocab: Vocabulary,
+    variables: Sequence[ContextVariable],
+    tokenizer: SubwordTokenizer | None = None,
 ) -> list[Example]:
     out = []
     for doc in docs:
         record = context_record(doc, variables)
         for sentence in doc.sentences:
-            inputs, targets = vocab.encode_sentence(sentence)
+            units = sentence if tokenizer is None else tokenizer.encode(sentence)
+            inputs, targets = vocab.encode_sentence(units)
             out.append(Example(tuple(inputs), tuple(targets), record))
     return out
 
 
-def prepare_data(cfg: TrainConfig, data_dir: Path) -> PreparedData:
+def prepare_data(
+    cfg: TrainConfig, data_dir: Path, tokenizer: SubwordTokenizer | None = None
+) -> PreparedData:
+    """Read, cut and split the corpus; build the vocabulary (and, for subword units, learn the
+    tokenizer from the training split unless ``tokenizer`` is given, e.g. a resumed run's)."""
     dc = cfg.data
     path = Path(dc.path) if Path(dc.path).is_absolute() else data_dir / dc.path
     docs = CORPUS_READERS[dc.corpus](path, dc)
@@ -219,7 +245,17 @@ def prepare_data(cfg: TrainConfig, data_dir: Path) -> PreparedData:
     train, dev, test = split_documents(docs, dc.split, dc.stratify_by, dc.split_seed)
     if not train or not dev:
         raise ValueError(f"split {dc.split} of {len(docs)} documents left train or dev empty")
-    vocab = build_vocabulary((s for d in train for s in d.sentences), dc.vocab_size, dc.min_count)
+    if dc.tokenizer is None:
+        tokenizer = None
+        vocab = build_vocabulary(
+            (s for d in train for s in d.sentences), dc.vocab_size, dc.min_count
+        )
+    else:
+        if tokenizer is None:
+            tokenizer = SubwordTokenizer.train(
+                (s for d in train for s in d.sentences), dc.tokenizer
+            )
+        vocab = tokenizer.vocabulary(s for d in train for s in d.sentences)
     variables = []
     for name in dc.context_fields:
         counts: dict[str, int] = {}
@@ -240,18 +276,20 @@ def prepare_data(cfg: TrainConfig, data_dir: Path) -> PreparedData:
             )
         )
     logger.info(
-        "data: %d/%d/%d documents, vocabulary %d, context %s",
+        "data: %d/%d/%d documents, vocabulary %d %s, context %s",
         len(train),
         len(dev),
         len(test),
         len(vocab),
+        "words" if tokenizer is None else f"{dc.tokenizer.kind} pieces",  # type: ignore[union-attr]
         {v.name: len(v.values) for v in variables},
     )
     return PreparedData(
         vocab=vocab,
         context_vars=tuple(variables),
-        train=tuple(examples_of(train, vocab, variables)),
-        dev=tuple(examples_of(dev, vocab, variables)),
+        tokenizer=tokenizer,
+        train=tuple(examples_of(train, vocab, variables, tokenizer)),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
         split_ids={
             "train": tuple(d.doc_id for d in train),
             "dev": tuple(d.doc_id for d in dev),
@@ -422,7 +460,17 @@ def train(
     is_main = rank == 0
     torch.manual_seed(opts.seed)
 
-    data = prepare_data(cfg, data_dir)
+    out_dir = Path(out_dir)
+    last, best = out_dir / "last", out_dir / "best"
+    resuming = resume and (last / "trainer.json").exists()
+    # A resumed subword run keeps its tokenizer (the vocabulary's units must not change).
+    kept_tokenizer = (
+        SubwordTokenizer.load(last) if resuming and SubwordTokenizer.present(last) else None
+    )
+    data = prepare_data(cfg, data_dir, kept_tokenizer)
+    extra: dict[str, str | bytes] = (
+        {} if data.tokenizer is None else {TOKENIZER_FILE: data.tokenizer.model_proto}
+    )
     pad_id = data.vocab.eos_id
     model = ContextLSTM(model_config(cfg, data)).to(device)
     # The fused update: one kernel over all parameters (8% of a CPU step at V = 50k).
@@ -441,10 +489,8 @@ def train(
         sampler = UnigramSampler(counts, opts.sampled_softmax)
         log_expected = torch.log(sampler.probs.clamp(min=1e-12) * opts.sampled_softmax).to(device)
 
-    out_dir = Path(out_dir)
-    last, best = out_dir / "last", out_dir / "best"
     state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
-    if resume and (last / "trainer.json").exists():
+    if resuming:
         prev_model, _, _ = load_checkpoint(last, device=device)
         model.load_state_dict(prev_model.state_dict(), strict=True)
         _load_optimizer(optimizer, last, device)
@@ -515,8 +561,8 @@ def train(
                 "world_size": world,
             }
             if keeper.best_epoch == record.epoch:
-                save_checkpoint(best, model, data.vocab.tokens, meta)
-            _save_last(last, model, optimizer, data.vocab.tokens, meta, state)
+                save_checkpoint(best, model, data.vocab.tokens, meta, extra)
+            _save_last(last, model, optimizer, data.vocab.tokens, meta, state, extra)
 
     fit(
         model,
@@ -563,12 +609,13 @@ def _save_last(
     vocab_tokens: Sequence[str],
     meta: Mapping[str, Any],
     state: Mapping[str, Any],
+    extra_files: Mapping[str, str | bytes],
 ) -> None:
     """Model, optimizer and trainer state, written aside and swapped in whole."""
     staging = last.parent / f".{last.name}.new"
     if staging.exists():
         shutil.rmtree(staging)
-    save_checkpoint(staging, model, vocab_tokens, meta)
+    save_checkpoint(staging, model, vocab_tokens, meta, extra_files)
     _save_optimizer(optimizer, staging)
     (staging / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
     old = last.parent / f".{last.name}.old"

@@ -3,6 +3,9 @@
 :class:`TorchLM` loads a checkpoint folder (see :mod:`lm_models.checkpoint`) and scores word
 sequences with it. Words map to ids through the checkpoint's vocabulary (after the case mapping,
 as for KenLM); a word not in it is scored as ``<unk>`` and flagged by :meth:`TorchLM.oov_flags`.
+A checkpoint with a tokenizer (``tokenizer.model``, :mod:`lm_models.tokenizer`) is a subword
+model (``units == "subword"``): each word is cut into pieces, the prefix tree below runs over the
+pieces, and a word's value is the sum of its pieces' log-probabilities; no word is unknown.
 
 How a batch of sentences is scored (the N-best lists of many utterances at once):
 
@@ -41,14 +44,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lm_models.checkpoint import load_checkpoint
+from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
 from lm_models.lstm.model import AdaptedWeights, ContextLSTM
+from lm_models.tokenizer import SubwordTokenizer
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.core.context_key import ContextKey, ContextKeys
 from rescorer.core.device import resolve_device
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
-from rescorer.lms.word_vocab import WordVocab
+from rescorer.lms.word_vocab import SubwordVocab, WordVocab
 from rescorer.text import CASE_MODES
 
 logger = logging.getLogger(__name__)
@@ -140,7 +144,18 @@ class TorchLM(WordLM):
         self.name = name or path.name.split(".")[0] or "torch"
         self.path = path
         self.vocab_tokens: tuple[str, ...] = tuple(tokens)
-        self.words = WordVocab(tokens, case)
+        self.words: WordVocab | SubwordVocab
+        if SubwordTokenizer.present(path):  # a subword model: words are cut into its pieces
+            tokenizer = SubwordTokenizer.load(path)
+            if tokenizer.pieces != self.vocab_tokens:
+                raise ValueError(
+                    f"{path}: {TOKENIZER_FILE} has {len(tokenizer)} pieces that are not the "
+                    f"{len(tokens)} tokens of its vocab.txt"
+                )
+            self.words = SubwordVocab(tokenizer, case)
+            self.units = "subword"
+        else:
+            self.words = WordVocab(tokens, case)
         self.batch_nodes = batch_nodes
         self.max_contexts = max_contexts
         self._contexts = ContextKeys(model.config.context_vars, self.name, logger)
@@ -153,8 +168,12 @@ class TorchLM(WordLM):
         """The loaded model (eval mode)."""
         return self._model
 
-    def _ids(self, sentences: Sequence[Sequence[str]]) -> list[list[int]]:
-        return self.words.ids(sentences)
+    def _ids(self, sentences: Sequence[Sequence[str]]) -> tuple[list[list[int]], list[list[int]]]:
+        """Each sentence's unit ids, and how many units each of its words has (all 1 for a word
+        model; a subword model's pieces)."""
+        per_word = self.words.word_ids(sentences)
+        ids = [[i for word in words for i in word] for words in per_word]
+        return ids, [[len(word) for word in words] for words in per_word]
 
     # -- contexts --------------------------------------------------------------------------------
     def context_key(self, record: Context | None) -> ContextKey:
@@ -193,8 +212,12 @@ class TorchLM(WordLM):
         sentences: Sequence[Sequence[str]],
         contexts: Sequence[Context | None] | None = None,
     ) -> list[np.ndarray]:
-        """Natural-log probability of each word and of the final ``</s>``, per sentence."""
-        ids = self._ids(sentences)
+        """Natural-log probability of each word and of the final ``</s>``, per sentence.
+
+        A subword model's word value is the sum of its pieces' log-probabilities (each given the
+        pieces before it), so the values are word log-probabilities either way.
+        """
+        ids, spans = self._ids(sentences)
         keys = self._keys(len(ids), contexts)
         if not ids:
             return []
@@ -209,7 +232,7 @@ class TorchLM(WordLM):
                 self._score_group(self._adapted(key), ids, members, offsets, flat)
         self._sentences += len(ids)
         self._naive += int(offsets[-1])
-        return [flat[offsets[i] : offsets[i + 1]].copy() for i in range(len(ids))]
+        return [_word_sums(flat[offsets[i] : offsets[i + 1]], spans[i]) for i in range(len(ids))]
 
     def sentence_logprobs(
         self,
@@ -290,14 +313,14 @@ class TorchLM(WordLM):
                 b = min(n_nodes, a + self.batch_nodes)
                 idx = par[a:b]
                 state = (h_prev[:, idx], m_prev[:, idx])
-                log_probs, (h, m) = model(inp[a:b], None, state, adapted=weights)  # (n, 1, V)
+                top, (h, m) = model.step(inp[a:b], state, weights)  # (n, d)
                 h_out.append(h)
                 m_out.append(m)
                 lo, hi = np.searchsorted(r, [a, b])
                 if hi > lo:
                     sel_rows = torch.as_tensor(r[lo:hi] - a, device=device)
                     sel_tgts = torch.as_tensor(t[lo:hi], device=device)
-                    vals = log_probs[:, 0][sel_rows, sel_tgts]
+                    vals = model.log_probs_at(top, sel_rows, sel_tgts, weights)
                     flat[p[lo:hi]] = vals.double().cpu().numpy()
             h_prev = torch.cat(h_out, dim=1) if len(h_out) > 1 else h_out[0]
             m_prev = torch.cat(m_out, dim=1) if len(m_out) > 1 else m_out[0]
@@ -317,19 +340,37 @@ class TorchLM(WordLM):
         """Score ``tokens[i]`` after ``states[i]``: natural-log probs and the next states.
 
         Tokens are words (case-mapped as in :meth:`token_logprobs`; with ``case="auto"`` not yet
-        decided, the first call's tokens decide it) or ``</s>``.
+        decided, the first call's tokens decide it) or ``</s>``. A subword model runs a word's
+        pieces one step each and returns their sum (the word's log-probability).
         """
         check_advance(states, tokens)
-        target_ids = self.words.token_ids(tokens)
-        out = np.empty(len(tokens), dtype=np.float64)
-        new_states: list[TorchLMState | None] = [None] * len(tokens)
-        groups: dict[ContextKey, list[int]] = {}
         for i, state in enumerate(states):
             if not isinstance(state, TorchLMState):
                 raise ValueError(
                     f"state {i}: expected a TorchLMState from start()/advance(), "
                     f"got {type(state).__name__}"
                 )
+        unit_lists = self.words.token_id_lists(tokens)  # a word model: one unit per token
+        out = np.zeros(len(tokens), dtype=np.float64)
+        current = list(states)
+        for k in range(max((len(u) for u in unit_lists), default=0)):
+            active = [i for i, units in enumerate(unit_lists) if len(units) > k]
+            values, stepped = self._step(
+                [current[i] for i in active], [unit_lists[i][k] for i in active]
+            )
+            out[active] += values
+            for i, state in zip(active, stepped, strict=True):
+                current[i] = state
+        return out, current
+
+    def _step(
+        self, states: Sequence[TorchLMState], target_ids: Sequence[int]
+    ) -> tuple[np.ndarray, list[TorchLMState]]:
+        """One unit per state: its log-probability after the state, and the states after it."""
+        out = np.empty(len(target_ids), dtype=np.float64)
+        new_states: list[TorchLMState | None] = [None] * len(target_ids)
+        groups: dict[ContextKey, list[int]] = {}
+        for i, state in enumerate(states):
             groups.setdefault(state.context, []).append(i)
         with torch.inference_mode():
             for key, members in groups.items():
@@ -338,9 +379,11 @@ class TorchLM(WordLM):
                 inp = torch.tensor(
                     [[states[i].token] for i in members], dtype=torch.long, device=self.device
                 )
-                log_probs, (h, m) = self._model(inp, None, (h0, m0), adapted=self._adapted(key))
+                weights = self._adapted(key)
+                top, (h, m) = self._model.step(inp, (h0, m0), weights)
                 tgt = torch.tensor([target_ids[i] for i in members], device=self.device)
-                vals = log_probs[:, 0].gather(1, tgt.unsqueeze(1)).squeeze(1)
+                rows = torch.arange(len(members), device=self.device)
+                vals = self._model.log_probs_at(top, rows, tgt, weights)
                 out[members] = vals.double().cpu().numpy()
                 for j, i in enumerate(members):
                     new_states[i] = TorchLMState(key, h[:, j], m[:, j], target_ids[i])
@@ -350,10 +393,19 @@ class TorchLM(WordLM):
         cfg = self._model.config
         return {
             "mode": cfg.mode,
+            "units": self.units,
             "vocab": cfg.vocab_size,
             "device": str(self.device),
             "case": self.case,
         }
+
+
+def _word_sums(unit_logprobs: np.ndarray, spans: Sequence[int]) -> np.ndarray:
+    """Per word, the sum of its units' values (``spans``: units per word), then ``</s>``."""
+    if all(n == 1 for n in spans):
+        return unit_logprobs.copy()
+    starts = np.cumsum([0, *spans[:-1]])
+    return np.append(np.add.reduceat(unit_logprobs[:-1], starts), unit_logprobs[-1])
 
 
 load_torch_lm = loader(TorchLM, "device", "batch_nodes")

@@ -5,17 +5,23 @@
 (``torch:``, ``onnx:``, ``lbl:``): it holds the vocabulary (token ``i`` has id ``i``) and the case
 mapping (``auto`` decides it from the first words it sees, see :func:`rescorer.text.choose_case`).
 A word not in the vocabulary after the mapping gets the unknown id and is flagged by
-:meth:`WordVocab.oov_flags`. Pure Python: no torch, no numpy beyond the flag arrays.
+:meth:`WordVocab.oov_flags`. :class:`SubwordVocab` is the same for a subword model (``torch:``
+checkpoints with a tokenizer): a word is its pieces' ids, and no word is unknown. Pure Python:
+no torch, no numpy beyond the flag arrays.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rescorer.core.constants import BOS, EOS
 from rescorer.text import CASE_MODES, case_function, choose_case
+
+if TYPE_CHECKING:
+    from lm_models.tokenizer import SubwordTokenizer
 
 UNK_ID = 0  # id of <unk> in the toolkit's vocabularies (lm_models.vocab: <unk>=0, <s>=1, </s>=2)
 
@@ -93,3 +99,48 @@ class WordVocab(CaseMapping):
         fn = self.mapping([[t for t in tokens if t not in (BOS, EOS)]])
         get, unk = self.index.get, self.unk_id
         return [get(t if t in (BOS, EOS) else fn(t), unk) for t in tokens]
+
+    def word_ids(self, sentences: Sequence[Sequence[str]]) -> list[list[tuple[int, ...]]]:
+        """As :meth:`SubwordVocab.word_ids`: each word's one id, as a 1-tuple."""
+        return [[(i,) for i in ids] for ids in self.ids(sentences)]
+
+    def token_id_lists(self, tokens: Sequence[str]) -> list[tuple[int, ...]]:
+        """As :meth:`SubwordVocab.token_id_lists`: each token's one id, as a 1-tuple."""
+        return [(i,) for i in self.token_ids(tokens)]
+
+
+class SubwordVocab(CaseMapping):
+    """A subword model's units seen from the word side: each word cut into piece ids.
+
+    ``tokenizer`` is the checkpoint's :class:`lm_models.tokenizer.SubwordTokenizer` (piece ``i``
+    has id ``i``). Every word has pieces, so no word is out of vocabulary; ``case="auto"`` picks
+    the mapping under which more words are spelled by the tokenizer's own pieces (no bytes).
+    """
+
+    def __init__(self, tokenizer: SubwordTokenizer, case: str = "auto") -> None:
+        self.tokenizer = tokenizer
+        self.tokens: tuple[str, ...] = tuple(tokenizer.pieces)
+        super().__init__(case, tokenizer.is_spelled)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def word_ids(self, sentences: Sequence[Sequence[str]]) -> list[list[tuple[int, ...]]]:
+        """Per sentence, the piece ids of each word (case-mapped; no <s>, </s>)."""
+        fn = self.mapping(sentences)
+        cut = self.tokenizer.word_ids
+        return [[cut(fn(w)) for w in words] for words in sentences]
+
+    def token_id_lists(self, tokens: Sequence[str]) -> list[tuple[int, ...]]:
+        """Piece ids of streaming tokens: a word's pieces, or the literal ``<s>`` / ``</s>``."""
+        fn = self.mapping([[t for t in tokens if t not in (BOS, EOS)]])
+        specials = {BOS: (1,), EOS: (2,)}
+        return [specials.get(t) or self.tokenizer.word_ids(fn(t)) for t in tokens]
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Per sentence, a bool per word: True only for a word cut into ``<unk>`` (a tokenizer
+        without byte pieces meeting an unknown character); bytes spell any other."""
+        return [
+            np.array([UNK_ID in ids for ids in words], dtype=bool)
+            for words in self.word_ids(sentences)
+        ]
