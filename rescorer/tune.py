@@ -35,6 +35,8 @@ from rescorer.wer import hypothesis_errors
 
 logger = logging.getLogger(__name__)
 
+SELECTIONS = ("dev", "holdout")
+
 
 @dataclass(frozen=True)
 class TuneOptions:
@@ -54,6 +56,16 @@ class TuneOptions:
     tune_length: bool = True
     # Half-width of the range of random start weights, in standardised units.
     restart_range: float = 1.0
+    # Largest |weight| of a tuned feature, in standardised units with the anchor at 1 (None:
+    # unbounded). The selection is scale-invariant, so this bounds how far any feature may
+    # outweigh the anchor: the search stays in the box and cannot fit the tuning set by
+    # letting the anchor fade (weights of 10x the anchor were seen to lose on held-out data).
+    bound: float | None = None
+    # Which start's end point is kept: "dev", the fewest errors on the whole tuning set; or
+    # "holdout", the search runs on all but every `holdout_every`-th utterance and the end
+    # point with the fewest errors on those held-out utterances is kept (ties: the rest).
+    selection: str = "dev"
+    holdout_every: int = 4
 
     def __post_init__(self) -> None:
         if self.restarts < 0 or self.random_directions < 0 or self.max_sweeps < 1:
@@ -63,6 +75,12 @@ class TuneOptions:
             )
         if self.restart_range <= 0:
             raise ValueError(f"restart_range must be > 0, got {self.restart_range}")
+        if self.bound is not None and not self.bound > 0:
+            raise ValueError(f"bound must be > 0 or None, got {self.bound}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        if self.holdout_every < 2:
+            raise ValueError(f"holdout_every must be >= 2, got {self.holdout_every}")
 
 
 @dataclass(frozen=True)
@@ -117,8 +135,10 @@ class _Problem:
         pick = np.argmax(scores, axis=1)  # first maximum: earliest hypothesis wins ties
         return int(self.E[np.arange(len(pick)), pick].sum())
 
-    def line_search(self, w: np.ndarray, d: np.ndarray) -> tuple[float, int]:
-        """The step ``t`` minimising errors of ``w + t*d``, and those errors."""
+    def line_search(
+        self, w: np.ndarray, d: np.ndarray, t_range: tuple[float, float] = (-np.inf, np.inf)
+    ) -> tuple[float, int]:
+        """The step ``t`` in ``t_range`` minimising errors of ``w + t*d``, and those errors."""
         A = self.F @ w  # (U, H) intercepts
         B = self.F @ d  # (U, H) slopes
         base = 0
@@ -135,6 +155,7 @@ class _Problem:
                 deltas.append(err[idx[1:]] - err[idx[:-1]])
         if not times:
             return 0.0, base
+        t_min, t_max = t_range
         t = np.concatenate(times)
         delta = np.concatenate(deltas)
         order = np.argsort(t, kind="stable")
@@ -143,8 +164,10 @@ class _Problem:
         uniq, first = np.unique(t, return_index=True)
         summed = np.add.reduceat(delta, first)
         errors = base + np.concatenate([[0], np.cumsum(summed)])  # len(uniq) + 1 intervals
-        lo = np.concatenate([[-np.inf], uniq])
-        hi = np.concatenate([uniq, [np.inf]])
+        lo = np.maximum(np.concatenate([[-np.inf], uniq]), t_min)
+        hi = np.minimum(np.concatenate([uniq, [np.inf]]), t_max)
+        inside = lo < hi  # intervals that meet the allowed range (0 is always inside it)
+        lo, hi, errors = lo[inside], hi[inside], errors[inside]
         best = errors.min()
         cands = np.flatnonzero(errors == best)
         # Prefer the interval holding t = 0 (no move), else the one nearest to it.
@@ -262,7 +285,17 @@ def tune(
     _check_finite(feats, features, utts)
     dim = len(features) + 1
     scale = _column_scale(feats)
-    problem = _Problem([f / scale for f in feats], errs)
+    if options.selection == "holdout":  # every k-th utterance judges the starts' end points
+        held_out = set(range(options.holdout_every - 1, len(utts), options.holdout_every))
+        if not held_out or len(held_out) == len(utts):
+            raise ValueError(
+                f"selection 'holdout' needs at least {options.holdout_every} utterances with "
+                f"hypotheses, got {len(utts)}"
+            )
+    else:
+        held_out = set()
+    searched_on = [i for i in range(len(utts)) if i not in held_out]
+    problem = _Problem([feats[i] / scale for i in searched_on], [errs[i] for i in searched_on])
     k_anchor = features.index(anchor)
     free = [k for k in range(dim) if k != k_anchor and (k < dim - 1 or options.tune_length)]
 
@@ -281,7 +314,18 @@ def tune(
     else:
         w0 = np.zeros(dim)
         w0[k_anchor] = 1.0
-    initial_errors = problem.errors(w0) + fixed_errors
+    initial_errors = _rescored_errors(feats, errs, w0 / scale) + fixed_errors
+    bound = options.bound
+    if bound is not None:
+        w0[free] = np.clip(w0[free], -bound, bound)
+
+    def feasible(w: np.ndarray, d: np.ndarray) -> tuple[float, float]:
+        """The steps t that keep w + t*d inside the box (all steps when unbounded)."""
+        if bound is None:
+            return -np.inf, np.inf
+        moving = [k for k in free if d[k] != 0.0]
+        ends = [((-bound - w[k]) / d[k], (bound - w[k]) / d[k]) for k in moving]
+        return max(min(e) for e in ends), min(max(e) for e in ends)
 
     rng = np.random.default_rng(options.seed)
     names = [*features, "length"]
@@ -294,7 +338,8 @@ def tune(
             w = w0.copy()
         else:
             w = w0.copy()
-            w[free] = rng.uniform(-options.restart_range, options.restart_range, len(free))
+            half = options.restart_range if bound is None else min(options.restart_range, bound)
+            w[free] = rng.uniform(-half, half, len(free))
         err = problem.errors(w)
         for sweep in range(options.max_sweeps):
             improved = False
@@ -308,7 +353,7 @@ def tune(
                 d[free] = rng.normal(size=len(free))
                 dirs.append((f"random{r}", d / np.linalg.norm(d)))
             for dname, d in dirs:
-                step, new_err = problem.line_search(w, d)
+                step, new_err = problem.line_search(w, d, feasible(w, d))
                 if new_err < err:
                     trace.append(TraceStep(start, sweep, dname, err, new_err, step))
                     logger.info(
@@ -337,12 +382,34 @@ def tune(
 
     # What the search found, counted in original units as rescoring will count it; near-ties
     # can fall the other way there, so every start's end point (and the start) competes.
-    searched = best_err
-    counted = [(_rescored_errors(feats, errs, to_orig(w)), i) for i, w in enumerate(ends)]
-    best_err = _rescored_errors(feats, errs, to_orig(best_w))
-    fallback = min(counted, default=(best_err, -1))
-    if fallback[0] < best_err:
-        best_w, best_err = ends[fallback[1]], fallback[0]
+    if options.selection == "holdout":
+        held = sorted(held_out)
+        held_feats, held_errs = [feats[i] for i in held], [errs[i] for i in held]
+        search_feats, search_errs = [feats[i] for i in searched_on], [errs[i] for i in searched_on]
+        judged = [
+            (
+                _rescored_errors(held_feats, held_errs, to_orig(w)),
+                _rescored_errors(search_feats, search_errs, to_orig(w)),
+                i,
+            )
+            for i, w in enumerate(ends)
+        ]
+        chosen = min(judged)
+        logger.info(
+            "held-out errors of the %d end points: %s; keeping start %d",
+            len(ends),
+            [j[0] for j in judged],
+            chosen[2],
+        )
+        best_w = ends[chosen[2]]
+        best_err = searched = _rescored_errors(feats, errs, to_orig(best_w))
+    else:
+        searched = best_err
+        counted = [(_rescored_errors(feats, errs, to_orig(w)), i) for i, w in enumerate(ends)]
+        best_err = _rescored_errors(feats, errs, to_orig(best_w))
+        fallback = min(counted, default=(best_err, -1))
+        if fallback[0] < best_err:
+            best_w, best_err = ends[fallback[1]], fallback[0]
     if best_err != searched:
         logger.warning(
             "the search counted %d errors, its weights give %d in original units (a near-tie); "
@@ -363,6 +430,8 @@ def tune(
             "anchor": anchor,
             "restarts": options.restarts,
             "seed": options.seed,
+            "bound": options.bound,
+            "selection": options.selection,
             "trace": [
                 [
                     t.start,

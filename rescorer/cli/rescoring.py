@@ -29,7 +29,7 @@ from rescorer.lms.contract import LMSpec
 from rescorer.nbest import NBest
 from rescorer.refs import write_kaldi_text
 from rescorer.significance import compare
-from rescorer.tune import TuneOptions, tune
+from rescorer.tune import SELECTIONS, TuneOptions, tune
 from rescorer.wer import score_corpus
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,21 @@ logger = logging.getLogger(__name__)
 @click.option("--init", "init_path", type=EXISTING_FILE, help="Start from these weights (JSON).")
 @click.option("--restarts", type=click.IntRange(min=0), default=10, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--bound",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Largest |weight| of a feature relative to the anchor, in standardised units "
+    "(default: unbounded).",
+)
+@click.option(
+    "--selection",
+    type=click.Choice(SELECTIONS),
+    default="dev",
+    show_default=True,
+    help="Keep the start with the fewest tuning-set errors (dev), or search on 3 of every 4 "
+    "utterances and keep the start with the fewest errors on the 4th (holdout).",
+)
 @out_option("Where to write the tuned weights (JSON).", required=True)
 @handle_errors
 def tune_cmd(
@@ -72,6 +87,8 @@ def tune_cmd(
     init_path: Path | None,
     restarts: int,
     seed: int,
+    bound: float | None,
+    selection: str,
     out_path: Path,
     context_path: Path | None = None,
     device: str | None = None,
@@ -98,7 +115,14 @@ def tune_cmd(
         nbest,
         refs,
         names,
-        TuneOptions(restarts=restarts, seed=seed, anchor=anchor, tune_length=length),
+        TuneOptions(
+            restarts=restarts,
+            seed=seed,
+            anchor=anchor,
+            tune_length=length,
+            bound=bound,
+            selection=selection,
+        ),
         initial=initial,
     )
     meta = {

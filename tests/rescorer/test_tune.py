@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rescorer.combine import Weights, one_best
+from rescorer.combine import Weights, feature_matrix, one_best
 from rescorer.nbest import Hypothesis, NBest, NBestList
-from rescorer.tune import TuneOptions, _Problem, _upper_envelope, tune
+from rescorer.tune import TuneOptions, _column_scale, _Problem, _upper_envelope, tune
 from rescorer.wer import score_corpus
 
 
@@ -214,8 +214,10 @@ def test_the_reported_count_is_the_written_weights_even_when_the_search_is_off(
     nbest, refs = noisy_problem(3)  # "am" and "tied" alone cannot get every list right
     real = _Problem.line_search
 
-    def optimistic(self: _Problem, w: np.ndarray, d: np.ndarray) -> tuple[float, int]:
-        step, errors = real(self, w, d)
+    def optimistic(
+        self: _Problem, w: np.ndarray, d: np.ndarray, t_range: tuple[float, float]
+    ) -> tuple[float, int]:
+        step, errors = real(self, w, d, t_range)
         return step, max(errors - 7, 0)  # a search that mis-tracks its error count
 
     monkeypatch.setattr(_Problem, "line_search", optimistic)
@@ -223,3 +225,43 @@ def test_the_reported_count_is_the_written_weights_even_when_the_search_is_off(
     rescored = score_corpus(refs, one_best(nbest, result.weights)).total.errors
     assert rescored > 7  # so an optimistic count would show
     assert result.errors == rescored == result.weights.meta["dev_errors"]
+
+
+def standardised(nbest: NBest, weights: Weights, features: list[str], anchor: str) -> np.ndarray:
+    """The tuned weights in the search's units: w_k * scale_k, relative to the anchor's."""
+    feats = [feature_matrix(nbest[u], features) for u in nbest]
+    scale = _column_scale(feats)
+    w = np.array([weights.features[n] for n in features] + [weights.length]) * scale
+    return w / w[features.index(anchor)]
+
+
+def test_a_bound_keeps_every_weight_in_the_box_and_the_count_exact() -> None:
+    nbest, refs = noisy_problem(1)
+    features = ["am", "lm", "srilm", "tied"]
+    free = standardised(
+        nbest, tune(nbest, refs, features, TuneOptions(restarts=4)).weights, features, "am"
+    )
+    assert np.abs(free[1:]).max() > 0.5  # unbounded, the search leaves the box
+    result = tune(nbest, refs, features, TuneOptions(restarts=4, bound=0.5))
+    boxed = standardised(nbest, result.weights, features, "am")
+    assert np.abs(boxed[1:]).max() <= 0.5 + 1e-9 and np.abs(boxed[1:]).max() > 0
+    assert result.errors == score_corpus(refs, one_best(nbest, result.weights)).total.errors
+    assert result.weights.meta["bound"] == 0.5
+
+
+def test_holdout_selection_searches_on_the_other_utterances_only() -> None:
+    nbest, refs = noisy_problem(2)
+    features = ["am", "lm", "srilm"]
+    result = tune(nbest, refs, features, TuneOptions(restarts=0, selection="holdout"))
+    kept = NBest([nbest[u] for i, u in enumerate(nbest) if i % 4 != 3])
+    alone = tune(kept, {u: refs[u] for u in kept}, features, TuneOptions(restarts=0))
+    for name in features:
+        assert result.weights.features[name] == pytest.approx(alone.weights.features[name])
+    assert result.weights.length == pytest.approx(alone.weights.length)
+    # the count is the whole tuning set's, as rescoring counts it
+    assert result.errors == score_corpus(refs, one_best(nbest, result.weights)).total.errors
+    few = NBest([nbest[u] for u in list(nbest)[:3]])
+    with pytest.raises(ValueError, match="needs at least 4 utterances"):
+        tune(few, {u: refs[u] for u in few}, features, TuneOptions(selection="holdout"))
+    with pytest.raises(ValueError, match="selection must be one of"):
+        TuneOptions(selection="best")
