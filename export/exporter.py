@@ -61,7 +61,15 @@ from export.format import (
     KINDS,
     LOG_BASE,
 )
-from export.graph import OPSET, LayerWeights, LSTMWeights, make_model, scorer_graph, step_graph
+from export.graph import (
+    OPSET,
+    ClassOutputWeights,
+    LayerWeights,
+    LSTMWeights,
+    make_model,
+    scorer_graph,
+    step_graph,
+)
 from lm_models.checkpoint import load_checkpoint
 from lm_models.lstm.context import ContextVariable
 from lm_models.lstm.model import ContextLSTM
@@ -297,11 +305,6 @@ def lstm_weights(model: ContextLSTM, records: Sequence[Record], multi: bool) -> 
     """
     if not records:
         raise ValueError("expected at least one context record, got none")
-    if model.class_output is not None:
-        raise ValueError(
-            "this model has a class-factored output layer; the ONNX graphs have the full "
-            "softmax only (score it with torch:DIR, or train it with num_classes 0)"
-        )
     if not multi and len(records) != 1:
         raise ValueError(f"a single-context export folds one record, got {len(records)}")
     mode = model.config.mode
@@ -329,11 +332,26 @@ def lstm_weights(model: ContextLSTM, records: Sequence[Record], multi: bool) -> 
     embedding = _np(model.embedding.weight)
     out_emb = embedding if model.output_embedding is None else _np(model.output_embedding)
     projection = None if model.L is None else _np(model.L.weight)  # (e, d)
-    return LSTMWeights(embedding, out_emb, projection, tuple(layers), out_bias)
+    co = model.class_output
+    class_output = None
+    if co is not None:
+        class_output = ClassOutputWeights(
+            grouped=co.grouped.cpu().numpy(),
+            segment_sizes=tuple(co.segment_sizes),
+            single_classes=co.class_of[co.single_words].cpu().numpy(),
+            cluster_classes=np.array(co.clusters, dtype=np.int64),
+            class_slot=co.class_slot.cpu().numpy(),
+            class_weight=_np(co.class_layer.weight),
+            class_bias=_np(co.class_layer.bias),
+            never=co.never.cpu().numpy(),
+        )
+    return LSTMWeights(embedding, out_emb, projection, tuple(layers), out_bias, class_output)
 
 
 def _nbytes(w: LSTMWeights) -> int:
     arrays = [w.embedding, w.output_embedding, w.projection, w.output_bias]
+    if w.class_output is not None:
+        arrays += [w.class_output.class_weight, w.class_output.class_bias]
     for layer in w.layers:
         arrays += [layer.weight, layer.bias, layer.ln_gain, layer.ln_shift]
     return sum(a.nbytes for a in arrays if a is not None)

@@ -102,6 +102,48 @@ class LayerWeights:
 
 
 @dataclass(frozen=True)
+class ClassOutputWeights:
+    """A class-factored output layer (:class:`lm_models.output.ClassFactoredSoftmax`) as arrays.
+
+    The units are read in segment order (``grouped``): first the words that are a class of their
+    own (their class log-probability is their log-probability), then each cluster's words
+    (normalised within the cluster and given the cluster's class log-probability).
+    """
+
+    # (V,) int64: the units in segment order (a permutation of the vocabulary).
+    grouped: np.ndarray
+    # Units per segment: the singleton words, then each cluster's.
+    segment_sizes: tuple[int, ...]
+    # (S,) int64: the class of each singleton word; (K,) int64: the class of each cluster.
+    single_classes: np.ndarray
+    cluster_classes: np.ndarray
+    # (C,) int64: class id -> slot in concat([singleton word logits, cluster logits]).
+    class_slot: np.ndarray
+    # U (K, e), u (K,): the cluster logits.
+    class_weight: np.ndarray
+    class_bias: np.ndarray
+    # Units never predicted (log-probability -inf), e.g. <s>.
+    never: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("grouped", "single_classes", "cluster_classes", "class_slot", "never"):
+            object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.int64))
+        for name in ("class_weight", "class_bias"):
+            object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.float32))
+        v = len(self.grouped)
+        if sorted(self.grouped.tolist()) != list(range(v)):
+            raise ValueError("class output: grouped must be a permutation of the vocabulary")
+        if sum(self.segment_sizes) != v or len(self.segment_sizes) != 1 + len(self.cluster_classes):
+            raise ValueError("class output: segment sizes do not cover the vocabulary")
+        if len(self.single_classes) != self.segment_sizes[0]:
+            raise ValueError("class output: expected a class per singleton word")
+        k = len(self.cluster_classes)
+        _check_shape("class_bias", self.class_bias, [(k,)])
+        if self.class_weight.ndim != 2 or self.class_weight.shape[0] != k:
+            raise ValueError(f"class_weight: expected ({k}, e), got {self.class_weight.shape}")
+
+
+@dataclass(frozen=True)
 class LSTMWeights:
     """Everything a graph needs: a plain (context-folded) ContextLSTM as numpy arrays."""
 
@@ -115,6 +157,8 @@ class LSTMWeights:
     layers: tuple[LayerWeights, ...]
     # b_out + Q c + one-hot biases: (V,) | (C, V).
     output_bias: np.ndarray
+    # The class-factored output layer, None for the full softmax.
+    class_output: ClassOutputWeights | None = None
 
     def __post_init__(self) -> None:
         for field in ("embedding", "output_embedding", "projection", "output_bias"):
@@ -134,6 +178,16 @@ class LSTMWeights:
             raise ValueError(f"projection: expected an (e, d) = ({e}, {d}) matrix since e != d")
         stacked = [(c,)] if c is not None else []
         _check_shape("output_bias", self.output_bias, [(v,), *[s + (v,) for s in stacked]])
+        if self.class_output is not None:
+            if len(self.class_output.grouped) != v:
+                raise ValueError(
+                    f"class output: expected {v} units, got {len(self.class_output.grouped)}"
+                )
+            _check_shape(
+                "class_weight",
+                self.class_output.class_weight,
+                [(len(self.class_output.cluster_classes), e)],
+            )
         for i, layer in enumerate(self.layers):
             a = (e if i == 0 else d) + d
             _check_shape(
@@ -466,7 +520,50 @@ def _log_softmax(
         rows = _per_row(b, bias, context_id, "output_bias_rows")  # (N, V)
         bias = b.op("Unsqueeze", [rows, k.axis1], "output_bias_n1v")  # (N, 1, V)
     logits = b.op("Add", [logits, bias], "logits_b")  # (N, T, V)
-    return b.op("LogSoftmax", [logits], "log_probs", axis=-1)  # (N, T, V)
+    if w.class_output is None:
+        return b.op("LogSoftmax", [logits], "log_probs", axis=-1)  # (N, T, V)
+    return _class_log_probs(b, w.class_output, h, logits)
+
+
+def _class_log_probs(b: _Builder, co: ClassOutputWeights, z: str, logits: str) -> str:
+    """ClassFactoredSoftmax.log_probs: log P(c(w)|h) + log P(w|c(w),h), (N, T, V).
+
+    Singleton classes take their word's logit as class logit; each cluster is normalised over
+    its own words (ReduceLogSumExp). Pieces are built in segment order and put back in
+    vocabulary order by one Gather.
+    """
+    if len(co.never):
+        mask = np.zeros(len(co.grouped), dtype=np.float32)
+        mask[co.never] = -np.inf
+        logits = b.op("Add", [logits, b.const("never_mask", mask)], "logits_never")  # (N, T, V)
+    sizes = co.segment_sizes
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    single_words = co.grouped[: sizes[0]]
+    single = b.op("Gather", [logits, b.const("single_words", single_words)], "single", axis=2)
+    cluster_w = b.const("class_weight_t", co.class_weight.T.copy())  # (e, K)
+    clusters = b.op("Add", [b.op("MatMul", [z, cluster_w]), b.const("class_bias", co.class_bias)])
+    class_logits = b.op("Concat", [single, clusters], "class_logits_slots", axis=2)  # (N, T, C)
+    class_logits = b.op(
+        "Gather", [class_logits, b.const("class_slot", co.class_slot)], "class_logits", axis=2
+    )
+    class_lp = b.op("LogSoftmax", [class_logits], "class_log_probs", axis=-1)  # (N, T, C)
+    pieces = [
+        b.op(
+            "Gather", [class_lp, b.const("single_classes", co.single_classes)], "lp_single", axis=2
+        )
+    ]
+    for k, cls in enumerate(co.cluster_classes.tolist()):
+        words = co.grouped[starts[k + 1] : starts[k + 1] + sizes[k + 1]]
+        part = b.op("Gather", [logits, b.const(f"cluster{k}_words", words)], f"c{k}", axis=2)
+        lse = b.op("ReduceLogSumExp", [part], f"c{k}_lse", axes=[2], keepdims=1)  # (N, T, 1)
+        lp_class = b.op(
+            "Gather", [class_lp, b.const(f"cluster{k}_class", np.array([cls]))], f"c{k}_cls", axis=2
+        )  # (N, T, 1)
+        pieces.append(b.op("Add", [b.op("Sub", [part, lse]), lp_class], f"lp_c{k}"))
+    grouped = b.op("Concat", pieces, "log_probs_grouped", axis=2)  # (N, T, V) segment order
+    inverse = np.empty_like(co.grouped)
+    inverse[co.grouped] = np.arange(len(co.grouped))
+    return b.op("Gather", [grouped, b.const("vocab_order", inverse)], "log_probs", axis=2)
 
 
 def _inputs(w: LSTMWeights, with_context: bool) -> tuple[list[onnx.ValueInfoProto], str | None]:

@@ -119,6 +119,9 @@ class ModelOptions:
     layer_norm: bool = False
     # Recurrent dropout on the candidate (Semeniuta et al. 2016).
     dropout: float = 0.1
+    # Dropout on the input embeddings and the top layer's outputs (not in the paper; for small
+    # corpora trained for many epochs).
+    io_dropout: float = 0.0
     # Output layer: 0 for the full softmax, else a class-factored softmax (lm_models.output)
     # with about this many classes: frequency-binned (sqrt counts) when shortlist is 0, else
     # the shortlist's words each a class and the rest in num_classes clusters (the adaptive
@@ -312,6 +315,7 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
         context_vars=data.context_vars if adaptive else (),
         layer_norm=m.layer_norm,
         dropout=m.dropout,
+        io_dropout=m.io_dropout,
         word_classes=tuple(word_classes_of(data.vocab, m.num_classes, m.shortlist)),
     )
 

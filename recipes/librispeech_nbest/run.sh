@@ -13,7 +13,8 @@
 # word LSTM on the books and use it as a feature), LSTM_EVERY (train it on every n-th
 # book sentence, 5), LSTM_CONF (its training config, conf/lstm.json; conf/lstm_books.json is
 # a 1x512 LSTM over 50k words with the class-factored output, meant for all the books:
-# LSTM_EVERY=1, on a GPU).
+# LSTM_EVERY=1, hours of training), LSTM_DIR (its training folder, exp/lstm; training resumes
+# there, and stage 3 is skipped once LSTM_DIR/best exists: point it at a model trained before).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +29,7 @@ SEED=${SEED:-0}
 LSTM=${LSTM:-0}
 LSTM_EVERY=${LSTM_EVERY:-5}
 LSTM_CONF=${LSTM_CONF:-$HERE/conf/lstm.json}
+LSTM_DIR=${LSTM_DIR:-$EXP/lstm}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 NBEST=$DATA/nbest/librispeech-espnet
@@ -57,10 +59,10 @@ if run_stage 2 && [ ! -s "$LM" ]; then
     "${prune_args[@]}" --memory "$MEMORY" --out "$LM"
 fi
 
-if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$EXP/lstm/best/model.safetensors" ]; then
+if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$LSTM_DIR/best/model.safetensors" ]; then
   log "stage 3: training the word LSTM (every ${LSTM_EVERY}th sentence of the books)"
   awk -v n="$LSTM_EVERY" 'NR % n == 0' "$EXP/lm/books.txt" > "$EXP/lm/lstm_train.txt"
-  timed lstm "$RESCORER" train "$LSTM_CONF" --data-dir "$EXP/lm" --out "$EXP/lstm"
+  timed lstm "$RESCORER" train "$LSTM_CONF" --data-dir "$EXP/lm" --out "$LSTM_DIR"
 fi
 
 # Scored N-best lists: the LSTM adds two columns, so runs with and without it keep separate files.
@@ -69,7 +71,7 @@ SCORED=$EXP/scored
 
 if run_stage 4; then
   lstm_args=()
-  [ "$LSTM" = 1 ] && lstm_args=(--lm "lstm=torch:$EXP/lstm/best")
+  [ "$LSTM" = 1 ] && lstm_args=(--lm "lstm=torch:$LSTM_DIR/best")
   for set in $SETS; do
     out=$SCORED/$set.jsonl
     [ -s "$out" ] && continue
@@ -132,6 +134,7 @@ fi
 if run_stage 7; then
   log "stage 7: results table"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
+    --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
     --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF")"
 fi

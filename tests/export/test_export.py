@@ -39,6 +39,7 @@ from export.parity import ParityReport, check_parity
 from export.quantize import int8_path_for, quantize_int8
 from lm_models.checkpoint import save_checkpoint
 from lm_models.lstm.model import MODES, ContextLSTM
+from lm_models.word_classes import shortlist_classes
 from rescorer.cli.main import main
 from rescorer.cli.models import EXPORT_KINDS
 from rescorer.core.errors import InputError
@@ -291,12 +292,39 @@ def test_context_sets() -> None:
     assert all_context_records(make_model("unadapted")) == [{}]
 
 
-def test_class_factored_models_are_refused_with_the_reason() -> None:
-    model = make_model("unadapted")
-    classes = tuple(i % 3 for i in range(model.config.vocab_size))
-    classy = ContextLSTM(replace(model.config, word_classes=classes))
-    with pytest.raises(ValueError, match="class-factored output layer; the ONNX graphs"):
-        lstm_weights(classy, [{}], multi=False)
+@pytest.mark.parametrize("mode", ["unadapted", "factor"])
+@torch.no_grad()
+def test_class_factored_output_matches_pytorch(tmp_path: Path, mode: str) -> None:
+    model = make_model(mode, num_layers=1)
+    counts = [0 if i == 1 else 1000 // (i + 1) + 1 for i in range(V)]  # <s> never predicted
+    classes = shortlist_classes(counts, 6, 3)  # 6 words each a class, 3 clusters of the rest
+    classy = ContextLSTM(replace(model.config, word_classes=tuple(classes)))
+    classy.load_state_dict(model.state_dict(), strict=False)
+    torch.nn.init.normal_(classy.class_output.class_layer.weight)
+    record = {"genre": "sport", "topic": "money"} if classy.adaptive else None
+    rng = np.random.default_rng(3)
+    step = export_model(classy, VOCAB, tmp_path / "s.onnx", ExportOptions("step", context=record))
+    x = rng.integers(0, V, (3, 4))
+    h0 = (rng.standard_normal((1, 3, 16)) * 0.5).astype(np.float32)
+    log_probs, h, c = session(step.path).run(None, {"x": x, "h0": h0, "c0": h0})
+    state = (torch.from_numpy(h0), torch.from_numpy(h0))
+    ref, _ = classy(torch.from_numpy(x), records_for(classy, [record] * 3), state)
+    assert np.isneginf(log_probs[..., 1]).all() and np.isneginf(ref[..., 1].numpy()).all()
+    keep = [i for i in range(V) if i != 1]
+    close(log_probs[..., keep], ref[..., keep])
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+    # ... and differs from the full softmax over the same logits (the classes matter)
+    full, _ = model(torch.from_numpy(x), records_for(model, [record] * 3), state)
+    assert np.abs(log_probs[..., keep] - full[..., keep].numpy()).max() > 1e-2
+    scorer = export_model(classy, VOCAB, tmp_path / "m.onnx", ExportOptions("multi-scorer"))
+    xs, lens = padded(rng, [3, 0, 5])
+    cids = np.array([0, len(scorer.contexts) - 1, 0])
+    tok, total = session(scorer.path).run(None, {"x": xs, "x_lens": lens, "context_id": cids})
+    xt = torch.from_numpy(xs)
+    recs = records_for(classy, [scorer.contexts[i] for i in cids])
+    ref_tok = classy.score(xt[:, :-1], xt[:, 1:], torch.from_numpy(lens - 1), recs)
+    close(tok, ref_tok)
+    close(total, ref_tok.sum(dim=1))
 
 
 def test_bad_records_and_options_are_value_errors() -> None:

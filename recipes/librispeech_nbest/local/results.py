@@ -11,6 +11,9 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import numpy as np
+from safetensors import safe_open
+
 from rescorer.combine import Weights, one_best
 from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
@@ -78,23 +81,42 @@ def update_readme(readme: Path, results: str) -> None:
         f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
-def lstm_lines(exp: Path) -> list[str]:
-    """A line describing the word LSTM, when the recipe trained one."""
-    meta_path = exp / "lstm" / "best" / "training.json"
+def lstm_lines(exp: Path, lstm_dir: Path, every: int) -> list[str]:
+    """Lines describing the neural LM, when the recipe used one: its shape, data, training."""
+    meta_path = lstm_dir / "best" / "training.json"
     if not meta_path.exists():
         return []
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     cfg = meta["config"]
-    log = json.loads((exp / "lstm" / "last" / "trainer.json").read_text(encoding="utf-8"))["log"]
+    model, data = cfg["model"], cfg["data"]
+    log = json.loads((lstm_dir / "last" / "trainer.json").read_text(encoding="utf-8"))["log"]
     tokens = sum(e["tokens"] for e in log)
     seconds = sum(e["seconds"] for e in log)
+    with safe_open(str(lstm_dir / "best" / "model.safetensors"), "np") as f:
+        parameters = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118 (not a dict)
+    vocab = len((lstm_dir / "best" / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    units = "words" if data.get("tokenizer") is None else f"{data['tokenizer']['kind']} pieces"
+    if model.get("shortlist"):
+        output = (
+            f"class-factored softmax ({model['shortlist']:,} frequent units each a class, "
+            f"{model['num_classes']} clusters of the rest)"
+        )
+    elif model.get("num_classes"):
+        output = f"class-factored softmax ({model['num_classes']} frequency classes)"
+    else:
+        output = "full softmax"
+    share = "all the sentences" if every == 1 else f"every {every}th sentence"
+    steps = cfg["train"].get("max_steps_per_epoch")
+    epochs = f"{len(log)} epoch(s)" + (f" of at most {steps} steps" if steps else "")
+    features = "`lstm`" if data.get("tokenizer") else "`lstm`, `lstm_oov`"
     return [
-        f"- Our word LSTM (rows 3L, 3M, 4L): Unadapted, e={cfg['model']['embed_dim']}, "
-        f"d={cfg['model']['hidden_dim']}, vocabulary {cfg['data']['vocab_size']:,}, trained on "
-        f"every 5th sentence of the same books for {len(log)} epoch(s) ({tokens:,} tokens, "
-        f"{seconds:.0f} s, {tokens / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}); "
-        f"dev perplexity {meta['dev_ppl']:.1f} (epoch {meta['epoch']}). Its features: `lstm`, "
-        "`lstm_oov`.",
+        f"- Our LSTM LM (rows 3L, 3M, 4L): {model['mode']}, e={model['embed_dim']}, "
+        f"d={model['hidden_dim']}, {model['num_layers']} layer(s), {vocab:,} {units}, {output}; "
+        f"{parameters / 1e6:.1f} M parameters. Trained on {share} of the same books for "
+        f"{epochs}: {tokens:,} tokens seen, {seconds / 3600:.2f} h, "
+        f"{tokens / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}; best dev perplexity "
+        f"{meta['dev_ppl']:.1f} (epoch {meta['epoch']}, 1% of the book sentences held out). "
+        f"Its features: {features}.",
         *sharing_lines(exp),
     ]
 
@@ -117,6 +139,8 @@ def main() -> None:
     ap.add_argument("--exp", type=Path, required=True)
     ap.add_argument("--lm", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--lstm-dir", type=Path, default=None, help="default: EXP/lstm")
+    ap.add_argument("--lstm-every", type=int, default=5)
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
     args = ap.parse_args()
@@ -160,7 +184,7 @@ def main() -> None:
         f"{n_words:,} words); binary size {args.lm.stat().st_size / 2**20:.0f} MiB.",
         "- Weights tuned on dev_clean by direct minimisation of its word errors (`rescorer "
         "tune`), applied unchanged to dev_other. Row 1 is the list order ESPnet produced.",
-        *lstm_lines(args.exp),
+        *lstm_lines(args.exp, args.lstm_dir or args.exp / "lstm", args.lstm_every),
         '- "Our 4-gram" is two features, as `--lm` adds them: its natural-log sentence '
         "probability (`4gram`) and the number of words it does not know (`4gram_oov`); the "
         "ablation rows drop the OOV count.",
