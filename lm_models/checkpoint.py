@@ -237,6 +237,10 @@ def load_checkpoint(
     except (SafetensorError, OSError, ValueError) as exc:
         raise ValueError(f"{weights_file}: unreadable safetensors file: {exc}") from None
     model = model_cls(config)
+    # Tensors a family renamed since a checkpoint was written: old name -> new name.
+    for old, new in getattr(model_cls, "RENAMED_TENSORS", {}).items():
+        if old in weights and new not in weights:
+            weights[new] = weights.pop(old)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))

@@ -52,7 +52,8 @@ class FullSoftmax(nn.Module):
         self.vocab_size = vocab_size
         self.register_buffer("never", torch.tensor(sorted(set(never)), dtype=torch.long), False)
 
-    def _logits(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    def logits(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        """(..., in) -> (..., V): W z + b, ``never`` units at -inf. ``bias`` (V,) or (..., V)."""
         logits = F.linear(z, weight, bias if bias.dim() == 1 else None)
         if bias.dim() > 1:
             logits = logits + bias
@@ -62,7 +63,7 @@ class FullSoftmax(nn.Module):
 
     def log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(..., in) -> (..., V) natural-log probabilities of every word."""
-        return F.log_softmax(self._logits(z, weight, bias), dim=-1)
+        return F.log_softmax(self.logits(z, weight, bias), dim=-1)
 
     def log_prob(self, z: Tensor, targets: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(N, in), (N,) -> (N,) natural-log probability of each target."""

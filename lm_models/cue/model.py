@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
+from lm_models.output import FullSoftmax
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -283,6 +284,7 @@ class SentenceLM(nn.Module):
             )
         self.norm = nn.LayerNorm(c.dim)
         self.out = nn.Linear(c.dim, c.vocab_size)
+        self.output = FullSoftmax(c.vocab_size, never=(BOS_ID,))  # <s> is never predicted
 
     def hidden(self, ids: Tensor) -> Tensor:
         """(B, T) input ids (<s> w1 .. ) -> (B, T, dim) states; state t has seen ids[:, :t+1]."""
@@ -301,21 +303,13 @@ class SentenceLM(nn.Module):
 
     def log_probs(self, hidden: Tensor) -> Tensor:
         """(B, T, dim) -> (B, T, V) natural-log next-word distributions (<s> gets -inf)."""
-        logits = self.out(self.drop(hidden))
-        return F.log_softmax(_no_bos(logits), dim=-1)
+        return self.output.log_probs(self.drop(hidden), self.out.weight, self.out.bias)
 
     def forward(self, ids: Tensor) -> Tensor:
         return self.log_probs(self.hidden(ids))
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-def _no_bos(logits: Tensor) -> Tensor:
-    # <s> is an input only: it is never predicted, so it gets no probability.
-    bos = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
-    bos[BOS_ID] = True
-    return logits.masked_fill(bos, -math.inf)
 
 
 # -- context encoder ------------------------------------------------------------------------------
@@ -427,6 +421,7 @@ class CUEDecoder(nn.Module):
             self.out = nn.Linear(c.dim, c.vocab_size)
         else:
             self.out = nn.Linear(c.sentence.dim + c.dim, c.vocab_size)
+        self.output = FullSoftmax(c.vocab_size, never=(BOS_ID,))  # <s> is never predicted
         self.drop = nn.Dropout(c.dropout)
 
     def forward(self, states: Tensor, cue: Tensor) -> Tensor:
@@ -434,7 +429,7 @@ class CUEDecoder(nn.Module):
         b, t, _ = states.shape
         if self.kind == "concat":
             joint = torch.cat([states, cue[:, None, :].expand(b, t, cue.shape[-1])], dim=-1)
-            return F.log_softmax(_no_bos(self.out(self.drop(joint))), dim=-1)
+            return self.output.log_probs(self.drop(joint), self.out.weight, self.out.bias)
         if self.config.sentence_inputs:
             x = self.drop(self.inp(states))
         else:
@@ -443,7 +438,8 @@ class CUEDecoder(nn.Module):
         memory = cue[:, None, :]
         for block in self.blocks:
             x = block(x, mask=mask, memory=memory)
-        return F.log_softmax(_no_bos(self.out(self.drop(self.norm(x)))), dim=-1)
+        z = self.drop(self.norm(x))
+        return self.output.log_probs(z, self.out.weight, self.out.bias)
 
 
 class CUEModel(nn.Module):

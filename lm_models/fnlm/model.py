@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
@@ -61,6 +60,7 @@ from lm_models.fnlm.factors import (
     check_strategy,
     unknown_vector,
 )
+from lm_models.output import ClassFactoredSoftmax, FullSoftmax
 from lm_models.vocab import BOS_ID, EOS, EOS_ID, UNK_ID, Vocabulary
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
@@ -167,6 +167,12 @@ class FNLMConfig:
 class FNLM(nn.Module):
     """The network of eqs. 1-3 (see the module docstring); ``FNLM(config)``."""
 
+    # Checkpoints written before the shared output layer (lm_models.output) load unchanged.
+    RENAMED_TENSORS = {
+        "class_out.weight": "output.class_layer.weight",
+        "class_out.bias": "output.class_layer.bias",
+    }
+
     def __init__(self, config: FNLMConfig) -> None:
         super().__init__()
         self.config = config
@@ -179,23 +185,24 @@ class FNLM(nn.Module):
         self.hidden = nn.Linear(in_dim, config.hidden_dim)  # W_ih, B_h (eq. 2)
         self.dropout = nn.Dropout(config.dropout)
         self.out = nn.Linear(config.hidden_dim, config.vocab_size)  # W_ho, B_o (eq. 1)
-        self.class_out: nn.Linear | None = None
-        self.register_buffer("_bos", torch.tensor([BOS_ID]), persistent=False)
+        # The output layer (lm_models.output): the full softmax, or the class-factored one of
+        # section 5 with a row of its own per class. <s> is an output unit only to keep the ids
+        # shared with the inputs; it is never a target, so it gets no probability.
+        self.output: FullSoftmax | ClassFactoredSoftmax
         if config.word_classes:
             bos_class = config.word_classes[BOS_ID]
             if config.word_classes.count(bos_class) < 2:
                 raise ValueError("<s> (never predicted) must share its class with other words")
-            self.class_out = nn.Linear(config.hidden_dim, config.num_classes)
-            cls = torch.tensor(config.word_classes, dtype=torch.long)
-            sizes = torch.bincount(cls, minlength=config.num_classes)
-            members = torch.full((config.num_classes, int(sizes.max())), -1, dtype=torch.long)
-            order = torch.argsort(cls, stable=True)
-            start = torch.cumsum(sizes, 0) - sizes
-            pos = torch.arange(config.vocab_size) - start[cls[order]]
-            members[cls[order], pos] = order
-            # Derived from the config, so not saved with the weights.
-            self.register_buffer("class_of", cls, persistent=False)
-            self.register_buffer("members", members, persistent=False)
+            self.output = ClassFactoredSoftmax(
+                config.word_classes, config.hidden_dim, never=(BOS_ID,), tie_singletons=False
+            )
+        else:
+            self.output = FullSoftmax(config.vocab_size, never=(BOS_ID,))
+
+    @property
+    def class_layer(self) -> nn.Linear | None:
+        """The class layer of a class-factored output (None for the full softmax)."""
+        return self.output.class_layer if isinstance(self.output, ClassFactoredSoftmax) else None
 
     # -- eqs. 3 and 2 ----------------------------------------------------------------------------
     def input_vector(self, history: Tensor, strategy: str | None = None) -> Tensor:
@@ -234,36 +241,11 @@ class FNLM(nn.Module):
 
         With classes only the target's class is normalised over (the speed-up of section 5).
         """
-        if self.class_out is None:
-            return self.log_probs(h).gather(1, targets[:, None])[:, 0]
-        cls = self.class_of[targets]
-        class_lp = F.log_softmax(self.class_out(h), dim=-1).gather(1, cls[:, None])[:, 0]
-        mem = self.members[cls]  # (B, S) words of each target's class, -1 padded
-        valid = (mem >= 0) & (mem != BOS_ID)
-        idx = mem.clamp(min=0)
-        logits = torch.einsum("bsh,bh->bs", self.out.weight[idx], h) + self.out.bias[idx]
-        lse = torch.logsumexp(logits.masked_fill(~valid, -math.inf), dim=1)
-        target_logit = (self.out.weight[targets] * h).sum(-1) + self.out.bias[targets]
-        return class_lp + target_logit - lse
+        return self.output.log_prob(h, targets, self.out.weight, self.out.bias)
 
     def log_probs(self, h: Tensor) -> Tensor:
         """ln P(w|h) for every output unit: (B, H) -> (B, V)."""
-        # <s> is an output unit only to keep the ids shared with the inputs; it is never a
-        # target, so its logit is -inf and the distribution is over the real events.
-        logits = self.out(h).index_fill(1, self._bos, -math.inf)
-        if self.class_out is None:
-            return F.log_softmax(logits, dim=-1)
-        b = h.shape[0]
-        c = self.config.num_classes
-        cls = self.class_of.expand(b, -1)
-        # log-sum-exp of the logits within each class, by scatter (classes need not be ranges).
-        peak = logits.new_full((b, c), -math.inf).scatter_reduce(
-            1, cls, logits, reduce="amax", include_self=True
-        )
-        shifted = (logits - peak.gather(1, cls)).exp()
-        lse = peak + logits.new_zeros((b, c)).scatter_add(1, cls, shifted).log()
-        class_lp = F.log_softmax(self.class_out(h), dim=-1)  # type: ignore[misc]
-        return class_lp.gather(1, cls) + logits - lse.gather(1, cls)
+        return self.output.log_probs(h, self.out.weight, self.out.bias)
 
     def forward(self, history: Tensor, targets: Tensor, strategy: str | None = None) -> Tensor:
         """ln P(target | history) per row."""
@@ -415,11 +397,10 @@ class FactoredLM:
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        # Keep the per-batch output work (class members x hidden, or the vocabulary) ~64 MB.
-        width = (
-            model.members.shape[1] * model.config.hidden_dim if model.class_out is not None else 0
-        )
-        batch_size = max(1, min(batch_size, SCORE_BUDGET // max(width, model.config.vocab_size)))
+        # Keep the per-batch output work (the logits of a class, or of the vocabulary) bounded.
+        output = model.output
+        width = max(output.sizes) if isinstance(output, ClassFactoredSoftmax) else output.vocab_size
+        batch_size = max(1, min(batch_size, SCORE_BUDGET // width))
         out = np.empty(len(enc.targets), dtype=np.float64)
         for lo in range(0, len(out), batch_size):
             hist = torch.from_numpy(enc.history[lo : lo + batch_size]).to(device)

@@ -321,8 +321,8 @@ def build_lm(
 
 def _l2_penalty(model: FNLM) -> torch.Tensor:
     dense = [model.hidden.weight, model.out.weight]
-    if model.class_out is not None:
-        dense.append(model.class_out.weight)
+    if model.class_layer is not None:
+        dense.append(model.class_layer.weight)
     return sum((w * w).sum() for w in dense)  # type: ignore[return-value]
 
 

@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
+from lm_models.output import FullSoftmax
 from lm_models.vocab import BOS_ID, UNK_ID, Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -244,7 +245,7 @@ class LBL(nn.Module):
                 nn.Parameter(1.0 + torch.randn(len(a.values), a.dim) * ATTR_INIT_STD)
                 for a in config.attributes
             )
-        self.register_buffer("_bos", torch.tensor([BOS_ID]), persistent=False)
+        self.output = FullSoftmax(v, never=(BOS_ID,))  # <s> is never predicted
         if config.vocab_attribute:
             blocks = torch.tensor(config.word_blocks, dtype=torch.long)
             n_values = len(config.attributes[config.attribute_index(config.vocab_attribute)].values)
@@ -319,19 +320,30 @@ class LBL(nn.Module):
         return torch.einsum("fv,fk,fd->vkd", self.W_fv, self.W_fk, self.W_fd)
 
     # -- outputs -----------------------------------------------------------------------------
-    def logits(self, r_hat: Tensor, x: Tensor | None = None, attrs: Tensor | None = None) -> Tensor:
-        """Unnormalised scores (B, V): r_hat^T R + b, or W^fv^T f + b with f of eq. 5."""
+    def _output(
+        self, r_hat: Tensor, x: Tensor | None, attrs: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The output layer's inputs: z (B, in), word weights (V, in), bias (V,) | (B, V).
+
+        z = r_hat with weights R (no factors), or z = f of eq. 5 with weights W^fv^T; the
+        bias is b, plus -inf outside the row's vocabulary under section 2.4.
+        """
         if self.config.factors == 0:
-            out = r_hat @ self.R.T + self.bias
+            z, weight = r_hat, self.R
         else:
             if x is None and attrs is not None and self.config.attributes:
                 x = self.attribute_vector(attrs)
-            f = (r_hat @ self.W_fk.T) * self.gate(x, r_hat.shape[0])  # eq. 5, (B, F)
-            out = f @ self.W_fv + self.bias
-        out = out.index_fill(1, self._bos, -math.inf)  # <s> is never predicted
-        if self.config.vocab_attribute:
-            out = self._restrict(out, attrs)
-        return out
+            z = (r_hat @ self.W_fk.T) * self.gate(x, r_hat.shape[0])  # eq. 5, f (B, F)
+            weight = self.W_fv.T
+        bias = self.bias
+        if self.config.vocab_attribute and attrs is not None:
+            bias = self._restrict(bias.expand(r_hat.shape[0], -1), attrs)
+        return z, weight, bias
+
+    def logits(self, r_hat: Tensor, x: Tensor | None = None, attrs: Tensor | None = None) -> Tensor:
+        """Unnormalised scores (B, V): r_hat^T R + b, or W^fv^T f + b with f of eq. 5."""
+        z, weight, bias = self._output(r_hat, x, attrs)
+        return self.output.logits(z, weight, bias)
 
     def _restrict(self, logits: Tensor, attrs: Tensor | None) -> Tensor:
         """Section 2.4: only the words of the text's vocab_attribute value (and specials)."""
@@ -346,8 +358,8 @@ class LBL(nn.Module):
     def log_probs(
         self, history: Tensor, attrs: Tensor | None = None, x: Tensor | None = None
     ) -> Tensor:
-        """ln P(w | history, x) for every output unit: (B, V)."""
-        return F.log_softmax(self.logits(self.predict(history), x=x, attrs=attrs), dim=-1)
+        """ln P(w | history, x) for every output unit: (B, V) (the shared output layer)."""
+        return self.output.log_probs(*self._output(self.predict(history), x, attrs))
 
     def forward(
         self,

@@ -558,10 +558,11 @@ def _frozen_parts(model: LBL, rows: EncodedRows, a: int) -> tuple[Tensor, Tensor
 
 def _row_logprobs(model: LBL, f: Tensor, targets: Tensor, attrs: Tensor) -> Tensor:
     """ln P(target) from factor outputs f (rows, F): the output half of eq. 5."""
-    logits = (f @ model.W_fv.detach() + model.bias.detach()).index_fill(1, model._bos, -math.inf)
+    bias = model.bias.detach()
     if model.config.vocab_attribute:
-        logits = model._restrict(logits, attrs)
-    return F.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0]
+        bias = model._restrict(bias.expand(f.shape[0], -1), attrs)
+    log_probs = model.output.log_probs(f, model.W_fv.detach().T, bias)  # the shared output layer
+    return log_probs.gather(1, targets[:, None])[:, 0]
 
 
 def infer_attributes(

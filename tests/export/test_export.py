@@ -28,7 +28,6 @@ from export.exporter import (
     context_records,
     export_checkpoint,
     export_model,
-    lstm_weights,
     normalise_record,
     read_context_records,
     vocab_path_for,

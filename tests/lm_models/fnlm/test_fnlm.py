@@ -85,8 +85,8 @@ def test_output_distribution_sums_to_one(classes: tuple[int, ...]) -> None:
 def test_class_factored_output_is_class_times_word_in_class() -> None:
     model = randomise(FNLM(make_config(word_classes=CLASSES)))
     h = model.hidden_state(histories(model.config, n=1))
-    assert model.class_out is not None
-    p_class = F.softmax(model.class_out(h), -1)[0]
+    assert model.class_layer is not None
+    p_class = F.softmax(model.class_layer(h), -1)[0]
     logits = model.out(h)[0]
     members = [i for i, c in enumerate(CLASSES) if c == 1]  # units 3 and 4
     p_in_class = F.softmax(logits[members], -1)
@@ -403,3 +403,21 @@ def test_brown_corpus_with_the_tag_as_a_factor(tmp_path: Path) -> None:
     lm = load_fnlm(result.out_dir)
     assert lm.encoder.vocabs[1].values[1:] == ("at", "bedz", "nn", "nr", "pps", "vbd")
     assert lm.word_counts == {"the": 2, "jury": 2, "said": 2, "it": 2, "was": 2, "friday": 2}
+
+
+def test_checkpoints_from_before_the_shared_output_layer_still_load(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from lm_models.checkpoint import WEIGHTS_FILE, load_checkpoint, save_checkpoint
+
+    model = randomise(FNLM(make_config(word_classes=CLASSES)))
+    tokens = [f"t{i}" for i in range(model.config.vocab_size)]
+    folder = save_checkpoint(tmp_path / "ck", model, tokens)
+    weights = load_file(str(folder / WEIGHTS_FILE))
+    for new, old in (("output.class_layer.weight", "class_out.weight"),
+                     ("output.class_layer.bias", "class_out.bias")):  # fmt: skip
+        weights[old] = weights.pop(new)
+    save_file(weights, str(folder / WEIGHTS_FILE), metadata={"format": "rescorer-checkpoint"})
+    loaded, _, _ = load_checkpoint(folder)
+    h = model.eval().hidden_state(histories(model.config, n=3))
+    torch.testing.assert_close(loaded.log_probs(h), model.log_probs(h))
