@@ -48,29 +48,19 @@ def wall_time(exp: Path) -> str:
 
 
 def lstm_line(exp: Path) -> str:
-    best = exp / "lstm" / "best"
-    meta_path = best / "training.json"
-    if not meta_path.exists():
+    if not (exp / "lstm" / "best" / "training.json").exists():
         return "- Word LSTM: not trained."
-    from lm_models.checkpoint import load_checkpoint
+    from lm_models.lstm.summary import TrainingSummary
 
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    model, tokens, _ = load_checkpoint(best, "cpu")
-    params = sum(p.numel() for p in model.parameters())
-    cfg = meta["config"]
-    log = json.loads((exp / "lstm" / "last" / "trainer.json").read_text(encoding="utf-8"))["log"]
-    n_tok = sum(e["tokens"] for e in log)
-    seconds = sum(e["seconds"] for e in log)
-    m = cfg["model"]
-    sampled = cfg["train"].get("sampled_softmax", 0)
-    softmax = f"a sampled softmax of {sampled}" if sampled else "the full softmax"
+    run = TrainingSummary.of(exp / "lstm")
+    m = run.config["model"]
     return (
         f"- Word LSTM: {m['mode']}, embedding {m['embed_dim']}, hidden {m['hidden_dim']}, "
-        f"{m['num_layers']} layer(s), vocabulary {len(tokens):,} (specials included), "
-        f"{params / 1e6:.2f} M parameters; trained {len(log)} epoch(s) with {softmax} "
-        f"({n_tok:,} tokens, {seconds:.0f} s, "
-        f"{n_tok / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}); dev perplexity "
-        f"{meta['dev_ppl']:.1f} (epoch {meta['epoch']}, 2% of the training lines)."
+        f"{m['num_layers']} layer(s), vocabulary {run.vocab_size:,} (specials included), "
+        f"{run.parameters / 1e6:.2f} M parameters; trained {run.epochs} epoch(s) with "
+        f"{run.output} ({run.tokens:,} tokens, {run.seconds:.0f} s, "
+        f"{run.tokens_per_second:,.0f} tokens/s on {run.device}); dev perplexity "
+        f"{run.dev_ppl:.1f} (epoch {run.best_epoch}, 2% of the training lines)."
     )
 
 

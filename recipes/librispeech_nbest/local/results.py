@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from pathlib import Path
 
-import numpy as np
-from safetensors import safe_open
-
+from lm_models.lstm.summary import TrainingSummary
 from rescorer.combine import Weights, one_best
 from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
@@ -83,39 +80,22 @@ def update_readme(readme: Path, results: str) -> None:
 
 def lstm_lines(exp: Path, lstm_dir: Path, every: int) -> list[str]:
     """Lines describing the neural LM, when the recipe used one: its shape, data, training."""
-    meta_path = lstm_dir / "best" / "training.json"
-    if not meta_path.exists():
+    if not (lstm_dir / "best" / "training.json").exists():
         return []
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    cfg = meta["config"]
-    model, data = cfg["model"], cfg["data"]
-    log = json.loads((lstm_dir / "last" / "trainer.json").read_text(encoding="utf-8"))["log"]
-    tokens = sum(e["tokens"] for e in log)
-    seconds = sum(e["seconds"] for e in log)
-    with safe_open(str(lstm_dir / "best" / "model.safetensors"), "np") as f:
-        parameters = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118 (not a dict)
-    vocab = len((lstm_dir / "best" / "vocab.txt").read_text(encoding="utf-8").splitlines())
-    units = "words" if data.get("tokenizer") is None else f"{data['tokenizer']['kind']} pieces"
-    if model.get("shortlist"):
-        output = (
-            f"class-factored softmax ({model['shortlist']:,} frequent units each a class, "
-            f"{model['num_classes']} clusters of the rest)"
-        )
-    elif model.get("num_classes"):
-        output = f"class-factored softmax ({model['num_classes']} frequency classes)"
-    else:
-        output = "full softmax"
+    run = TrainingSummary.of(lstm_dir)
+    model = run.config["model"]
+    steps = run.config["train"].get("max_steps_per_epoch")
     share = "all the sentences" if every == 1 else f"every {every}th sentence"
-    steps = cfg["train"].get("max_steps_per_epoch")
-    epochs = f"{len(log)} epoch(s)" + (f" of at most {steps} steps" if steps else "")
-    features = "`lstm`" if data.get("tokenizer") else "`lstm`, `lstm_oov`"
+    features = "`lstm`" if run.units != "words" else "`lstm`, `lstm_oov`"
     return [
         f"- Our LSTM LM (rows 3L, 3M, 4L): {model['mode']}, e={model['embed_dim']}, "
-        f"d={model['hidden_dim']}, {model['num_layers']} layer(s), {vocab:,} {units}, {output}; "
-        f"{parameters / 1e6:.1f} M parameters. Trained on {share} of the same books for "
-        f"{epochs}: {tokens:,} tokens seen, {seconds / 3600:.2f} h, "
-        f"{tokens / max(seconds, 1e-9):,.0f} tokens/s on {meta['device']}; best dev perplexity "
-        f"{meta['dev_ppl']:.1f} (epoch {meta['epoch']}, 1% of the book sentences held out). "
+        f"d={model['hidden_dim']}, {model['num_layers']} layer(s), {run.vocab_size:,} "
+        f"{run.units}, {run.output}; {run.parameters / 1e6:.1f} M parameters. Trained on {share} "
+        f"of the same books for {run.epochs} epoch(s)"
+        + (f" of at most {steps} steps" if steps else "")
+        + f": {run.tokens:,} tokens seen, {run.seconds / 3600:.2f} h, "
+        f"{run.tokens_per_second:,.0f} tokens/s on {run.device}; best dev perplexity "
+        f"{run.dev_ppl:.1f} (epoch {run.best_epoch}; 1% of the book sentences held out). "
         f"Its features: {features}.",
         *sharing_lines(exp),
     ]

@@ -1,0 +1,83 @@
+"""What a finished (or running) LSTM training run is, for results tables: read, never trained.
+
+:meth:`TrainingSummary.of` reads a training folder (``best/`` and ``last/`` as
+:func:`lm_models.lstm.train.train` writes them): the architecture and output layer from the
+config, the parameter count from the weights file's tensor shapes (no model is built), and the
+tokens, time and device of every epoch so far from ``last/trainer.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import safe_open
+
+from lm_models.checkpoint import TOKENIZER_FILE, TRAINING_FILE, VOCAB_FILE, WEIGHTS_FILE
+
+
+def output_layer(model: dict[str, Any], sampled: int = 0) -> str:
+    """The output layer of a config's ``model`` section, in words."""
+    if model.get("shortlist"):
+        return (
+            f"a class-factored softmax ({model['shortlist']:,} frequent units each a class, "
+            f"{model['num_classes']} clusters of the rest)"
+        )
+    if model.get("num_classes"):
+        return f"a class-factored softmax ({model['num_classes']} frequency classes)"
+    return f"a sampled softmax of {sampled}" if sampled else "the full softmax"
+
+
+@dataclass(frozen=True)
+class TrainingSummary:
+    """A training run of :mod:`lm_models.lstm.train`, as its folder records it."""
+
+    # The config's sections (data, model, train) as trained.
+    config: dict[str, Any]
+    # Units of the vocabulary (specials included) and what they are ("words", "unigram pieces").
+    vocab_size: int
+    units: str
+    parameters: int
+    # Epochs run so far, tokens seen and training seconds in all (dev evaluation left out).
+    epochs: int
+    tokens: int
+    seconds: float
+    device: str
+    # The best checkpoint's dev perplexity and epoch.
+    dev_ppl: float
+    best_epoch: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
+
+    @property
+    def output(self) -> str:
+        return output_layer(self.config["model"], self.config["train"].get("sampled_softmax", 0))
+
+    @classmethod
+    def of(cls, run_dir: str | Path) -> TrainingSummary:
+        run = Path(run_dir)
+        best = run / "best"
+        meta = json.loads((best / TRAINING_FILE).read_text(encoding="utf-8"))
+        log = json.loads((run / "last" / "trainer.json").read_text(encoding="utf-8"))["log"]
+        with safe_open(str(best / WEIGHTS_FILE), "np") as f:
+            shapes = [f.get_slice(k).get_shape() for k in f.keys()]  # noqa: SIM118 (not a dict)
+        tokenizer = meta["config"]["data"].get("tokenizer")
+        return cls(
+            config=meta["config"],
+            vocab_size=len((best / VOCAB_FILE).read_text(encoding="utf-8").splitlines()),
+            units="words"
+            if tokenizer is None and not (best / TOKENIZER_FILE).exists()
+            else f"{(tokenizer or {}).get('kind', 'subword')} pieces",
+            parameters=int(sum(np.prod(s) for s in shapes)),
+            epochs=len(log),
+            tokens=int(sum(e["tokens"] for e in log)),
+            seconds=float(sum(e["seconds"] for e in log)),
+            device=str(meta.get("device", "?")),
+            dev_ppl=float(meta["dev_ppl"]),
+            best_epoch=int(meta["epoch"]),
+        )
