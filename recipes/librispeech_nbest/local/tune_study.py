@@ -55,7 +55,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--restarts", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--systems", default=None, help="comma list of row names (default: all)")
+    ap.add_argument("--variants", default=None, help="variant names separated by ; (default: all)")
     args = ap.parse_args()
+    variants = {
+        k: v for k, v in VARIANTS.items() if args.variants is None or k in args.variants.split(";")
+    }
     logging.basicConfig(level=logging.WARNING)
     sets = {}
     for name in ("dev_clean", "dev_other"):
@@ -64,9 +69,11 @@ def main() -> None:
         sets[name] = (nbest, refs)
     have = set(sets["dev_clean"][0].score_names())
     systems = [s for s in SYSTEMS if set(s[1].split(",")) <= have]
+    if args.systems is not None:
+        systems = [s for s in systems if s[0] in args.systems.split(",")]
     errors: dict[tuple[str, str], tuple[int, int]] = {}
     t0 = time.time()
-    for variant, extra in VARIANTS.items():
+    for variant, extra in variants.items():
         for name, feats, length in systems:
             options = TuneOptions(
                 restarts=args.restarts, seed=args.seed, tune_length=length, **extra
@@ -83,7 +90,7 @@ def main() -> None:
         "| tuning | " + " | ".join(names) + " | rises on adding a feature | sum |",
         "|---|" + "---|" * (len(names) + 2),
     ]
-    for variant in VARIANTS:
+    for variant in variants:
         held = {n: errors[(variant, n)][1] for n in names}
         rises = [f"{a}->{b}" for a, b in NESTED if a in held and b in held and held[b] > held[a]]
         cells = [f"{errors[(variant, n)][0]} / {held[n]}" for n in names]
