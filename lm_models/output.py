@@ -197,7 +197,8 @@ class ClassFactoredSoftmax(nn.Module):
         w_seg = weight.split(self.segment_sizes)  # singletons' rows, then each cluster's
         b_seg = bias.split(self.segment_sizes, dim=-1)
         class_lp = self._class_log_probs(z, w_seg[0], b_seg[0])  # (N, C)
-        out = class_lp.gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
+        # log-probs in float32 whatever the autocast dtype of the logits (bf16 on CUDA)
+        out = class_lp.float().gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
         within = torch.zeros_like(out)  # a singleton class: log P(w|c(w),h) = 0
         never = self.never
         present = torch.zeros(self.num_classes, dtype=torch.bool, device=cls.device)
@@ -212,7 +213,7 @@ class ClassFactoredSoftmax(nn.Module):
             logits = F.linear(z[rows], w_seg[seg]) + b  # (n_k, s_k)
             if len(never):
                 logits = logits.masked_fill(torch.isin(words, never), -math.inf)
-            lp = F.log_softmax(logits, dim=-1)
+            lp = F.log_softmax(logits.float(), dim=-1)
             within[rows] = lp.gather(1, self.position[targets[rows]].unsqueeze(1)).squeeze(1)
         return out + within
 

@@ -430,14 +430,16 @@ def fit(
         )
         log.append(record)
         logger.info(
-            "%s epoch %d: train loss %.4f, dev %.3f%s, %d steps, %.1f s",
+            "%s epoch %d: train loss %.4f, dev %.3f%s, %d steps, %d tokens, %.1f s (%.0f tokens/s)",
             options.name,
             epoch,
             record.train_loss,
             record.dev_ppl,
             "".join(f", {k} {v:.3f}" for k, v in record.extra.items()),
             steps,
+            tokens,
             seconds,
+            tokens / max(seconds, 1e-9),
         )
         stop = keeper.update(epoch, dev.dev_ppl, optimizer)
         if on_epoch_end is not None:

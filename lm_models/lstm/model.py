@@ -582,7 +582,7 @@ class ContextLSTM(nn.Module):
         picked = self.class_output.log_prob(
             projected[rows], targets[rows], self._output_embedding(), bias
         )
-        out = projected.new_zeros(targets.shape)
+        out = picked.new_zeros(targets.shape)  # picked's dtype: float32 under bf16 autocast
         out[rows] = picked
         return out
 

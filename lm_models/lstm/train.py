@@ -563,6 +563,8 @@ def train(
                 "config": cfg.to_json(),
                 "device": str(device),
                 "world_size": world,
+                # every epoch so far (tokens, seconds): best/ alone tells how it was trained
+                "log": state["log"],
             }
             if keeper.best_epoch == record.epoch:
                 save_checkpoint(best, model, data.vocab.tokens, meta, extra)

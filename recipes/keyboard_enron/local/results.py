@@ -57,9 +57,8 @@ def lstm_line(exp: Path) -> str:
     return (
         f"- Word LSTM: {m['mode']}, embedding {m['embed_dim']}, hidden {m['hidden_dim']}, "
         f"{m['num_layers']} layer(s), vocabulary {run.vocab_size:,} (specials included), "
-        f"{run.parameters / 1e6:.2f} M parameters; trained {run.epochs} epoch(s) with "
-        f"{run.output} ({run.tokens:,} tokens, {run.seconds:.0f} s, "
-        f"{run.tokens_per_second:,.0f} tokens/s on {run.device}); dev perplexity "
+        f"{run.parameters / 1e6:.2f} M parameters; trained with {run.output}, "
+        f"{run.training_words()}; dev perplexity "
         f"{run.dev_ppl:.1f} (epoch {run.best_epoch}, 2% of the training lines)."
     )
 

@@ -91,10 +91,9 @@ def lstm_lines(exp: Path, lstm_dir: Path, every: int) -> list[str]:
         f"- Our LSTM LM (rows 3L, 3M, 4L): {model['mode']}, e={model['embed_dim']}, "
         f"d={model['hidden_dim']}, {model['num_layers']} layer(s), {run.vocab_size:,} "
         f"{run.units}, {run.output}; {run.parameters / 1e6:.1f} M parameters. Trained on {share} "
-        f"of the same books for {run.epochs} epoch(s)"
-        + (f" of at most {steps} steps" if steps else "")
-        + f": {run.tokens:,} tokens seen, {run.seconds / 3600:.2f} h, "
-        f"{run.tokens_per_second:,.0f} tokens/s on {run.device}; best dev perplexity "
+        f"of the same books"
+        + (f" in epochs of at most {steps} steps" if steps else "")
+        + f", {run.training_words()}; best dev perplexity "
         f"{run.dev_ppl:.1f} (epoch {run.best_epoch}; 1% of the book sentences held out). "
         f"Its features: {features}.",
         *sharing_lines(exp),

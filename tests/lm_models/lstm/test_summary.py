@@ -34,3 +34,18 @@ def test_output_layer_in_words() -> None:
     assert output_layer({"num_classes": 0}) == "the full softmax"
     assert output_layer({"num_classes": 0}, sampled=512) == "a sampled softmax of 512"
     assert output_layer({"num_classes": 200}) == "a class-factored softmax (200 frequency classes)"
+
+
+def test_summary_of_a_best_folder_alone(tmp_path: Path) -> None:
+    # A run copied without last/ (trained elsewhere): best/ carries the epochs up to the best.
+    import shutil
+
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    result = train(
+        config(corpus, "unadapted", epochs=2), tmp_path, tmp_path / "out", progress=False
+    )
+    shutil.rmtree(tmp_path / "out" / "last")
+    run = TrainingSummary.of(tmp_path / "out")
+    upto = [e for e in result.epochs if e.epoch <= result.best_epoch]
+    assert run.epochs == len(upto) and run.tokens == sum(e.tokens for e in upto)
+    assert run.training_words().startswith(f"{len(upto)} epoch(s): {run.tokens:,} tokens seen")

@@ -149,6 +149,25 @@ def test_class_factored_output_trains_and_scores_exactly(tmp_path: Path) -> None
     torch.testing.assert_close(direct, picked, atol=1e-5, rtol=0)
 
 
+def test_class_output_target_path_runs_under_bf16_autocast() -> None:
+    # CUDA training runs under bf16 autocast; the class output's log-probs come back in float32
+    # and must be written into a float32 result (CPU autocast takes the same path).
+    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+
+    torch.manual_seed(0)
+    classes = (0, 5, 1, 2, 3) + (4,) * 4 + (5,) * 5  # <s> (id 1) in a cluster: never predicted
+    model = ContextLSTM(LSTMConfig(vocab_size=14, embed_dim=8, hidden_dim=16, word_classes=classes))
+    inputs = torch.tensor([[1, 5, 6, 7], [1, 8, 9, 2]])
+    targets = torch.tensor([[5, 6, 7, 2], [8, 9, 2, 2]])
+    mask = torch.tensor([[True, True, True, True], [True, True, True, False]])
+    with torch.no_grad():
+        exact = model.target_log_probs(inputs, targets, None, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model.target_log_probs(inputs, targets, None, mask)
+    assert low.dtype == torch.float32 and low[1, 3] == 0.0
+    torch.testing.assert_close(low, exact, atol=0.1, rtol=0.05)
+
+
 def test_shortlist_output_trains(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.jsonl")
     cfg = config(corpus, "unadapted", epochs=4, model={"num_classes": 2, "shortlist": 5})
