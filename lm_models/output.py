@@ -44,6 +44,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def _wide(x: Tensor) -> Tensor:
+    """``x`` in float32 when autocast made it narrower (bf16); float32/64 unchanged."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
 class FullSoftmax(nn.Module):
     """log_softmax(W z + b) over the whole vocabulary (no parameters of its own)."""
 
@@ -198,7 +203,7 @@ class ClassFactoredSoftmax(nn.Module):
         b_seg = bias.split(self.segment_sizes, dim=-1)
         class_lp = self._class_log_probs(z, w_seg[0], b_seg[0])  # (N, C)
         # log-probs in float32 whatever the autocast dtype of the logits (bf16 on CUDA)
-        out = class_lp.float().gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
+        out = _wide(class_lp).gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
         within = torch.zeros_like(out)  # a singleton class: log P(w|c(w),h) = 0
         never = self.never
         present = torch.zeros(self.num_classes, dtype=torch.bool, device=cls.device)
@@ -213,7 +218,7 @@ class ClassFactoredSoftmax(nn.Module):
             logits = F.linear(z[rows], w_seg[seg]) + b  # (n_k, s_k)
             if len(never):
                 logits = logits.masked_fill(torch.isin(words, never), -math.inf)
-            lp = F.log_softmax(logits.float(), dim=-1)
+            lp = F.log_softmax(_wide(logits), dim=-1)
             within[rows] = lp.gather(1, self.position[targets[rows]].unsqueeze(1)).squeeze(1)
         return out + within
 

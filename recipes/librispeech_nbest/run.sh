@@ -9,12 +9,16 @@
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # ORDER (n-gram order, 4), PRUNE (lmplz thresholds, e.g. 0,0,1,1; default none), MEMORY (lmplz
-# sort memory, 4G), RESTARTS (random restarts of the tuner, 10), SEED (0), LSTM (0; 1: also train a
+# sort memory, 4G), TUNE_METHOD (risk: annealed minimum expected errors, which generalised best
+# in TUNING.md; mert: the exact error-count search), RESTARTS (random restarts of mert, 10),
+# SEED (0), LSTM (0; 1: also train a
 # word LSTM on the books and use it as a feature), LSTM_EVERY (train it on every n-th
 # book sentence, 5), LSTM_CONF (its training config, conf/lstm.json; conf/lstm_books.json is
 # a 1x512 LSTM over 50k words with the class-factored output, meant for all the books:
-# LSTM_EVERY=1, hours of training), LSTM_DIR (its training folder, exp/lstm; training resumes
-# there, and stage 3 is skipped once LSTM_DIR/best exists: point it at a model trained before).
+# LSTM_EVERY=1, hours of training on a CPU; conf/lstm_books_gpu.json a 2x1024 one, ~15 min on
+# one H100; conf/lstm_books_subword_gpu.json its twin over 16k unigram pieces), LSTM_DIR (its
+# training folder, exp/lstm; training resumes there, and stage 3 is skipped once
+# LSTM_DIR/best exists: point it at a model trained before, e.g. on a GPU machine).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,6 +30,7 @@ PRUNE=${PRUNE:-}
 MEMORY=${MEMORY:-4G}
 RESTARTS=${RESTARTS:-10}
 SEED=${SEED:-0}
+TUNE_METHOD=${TUNE_METHOD:-risk}
 LSTM=${LSTM:-0}
 LSTM_EVERY=${LSTM_EVERY:-5}
 LSTM_CONF=${LSTM_CONF:-$HERE/conf/lstm.json}
@@ -96,10 +101,13 @@ SYSTEMS=(
   "4a_all_logprob_only|decoder,ctc,lm,4gram|--length"
 )
 if [ "$LSTM" = 1 ]; then
+  # a subword LSTM (a tokenizer in its folder) knows every word: no `lstm_oov` column
+  LF=lstm,lstm_oov
+  [ -s "$LSTM_DIR/best/tokenizer.model" ] && LF=lstm
   SYSTEMS+=(
-    "3L_lstm|decoder,ctc,lstm,lstm_oov|--no-length"
-    "3M_4gram_lstm|decoder,ctc,4gram,4gram_oov,lstm,lstm_oov|--no-length"
-    "4L_all_lstm|decoder,ctc,lm,4gram,4gram_oov,lstm,lstm_oov|--length"
+    "3L_lstm|decoder,ctc,$LF|--no-length"
+    "3M_4gram_lstm|decoder,ctc,4gram,4gram_oov,$LF|--no-length"
+    "4L_all_lstm|decoder,ctc,lm,4gram,4gram_oov,$LF|--length"
   )
 fi
 
@@ -112,7 +120,8 @@ if run_stage 5; then
     mkdir -p "$EXP/$name"
     timed "tune_$name" "$RESCORER" -q tune --nbest "$SCORED/dev_clean.jsonl" \
       --ref "$NBEST/dev_clean/references/ref_wer.trn" \
-      --features "$feats" "$length" --restarts "$RESTARTS" --seed "$SEED" --out "$out" \
+      --features "$feats" "$length" --method "$TUNE_METHOD" --restarts "$RESTARTS" \
+      --seed "$SEED" --out "$out" \
       | tee "$EXP/$name/tune.log"
   done
 fi
@@ -136,5 +145,5 @@ if run_stage 7; then
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF")"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF")"
 fi

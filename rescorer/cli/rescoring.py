@@ -29,7 +29,7 @@ from rescorer.lms.contract import LMSpec
 from rescorer.nbest import NBest
 from rescorer.refs import write_kaldi_text
 from rescorer.significance import compare
-from rescorer.tune import SELECTIONS, TuneOptions, tune
+from rescorer.tune import METHODS, SELECTIONS, TuneOptions, tune
 from rescorer.wer import score_corpus
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,15 @@ logger = logging.getLogger(__name__)
     help="Keep the start with the fewest tuning-set errors (dev), or search on 3 of every 4 "
     "utterances and keep the start with the fewest errors on the 4th (holdout).",
 )
+@click.option(
+    "--method",
+    type=click.Choice(METHODS),
+    default="mert",
+    show_default=True,
+    help="mert: exact search of the error count, with restarts; risk: minimise the expected "
+    "errors of a softmax over each list, annealed toward the hard choice (smooth, no restarts; "
+    "generalised better from dev_clean to dev_other in recipes/librispeech_nbest).",
+)
 @out_option("Where to write the tuned weights (JSON).", required=True)
 @handle_errors
 def tune_cmd(
@@ -89,6 +98,7 @@ def tune_cmd(
     seed: int,
     bound: float | None,
     selection: str,
+    method: str,
     out_path: Path,
     context_path: Path | None = None,
     device: str | None = None,
@@ -122,6 +132,7 @@ def tune_cmd(
             tune_length=length,
             bound=bound,
             selection=selection,
+            method=method,
         ),
         initial=initial,
     )

@@ -265,3 +265,44 @@ def test_holdout_selection_searches_on_the_other_utterances_only() -> None:
         tune(few, {u: refs[u] for u in few}, features, TuneOptions(selection="holdout"))
     with pytest.raises(ValueError, match="selection must be one of"):
         TuneOptions(selection="best")
+
+
+def test_risk_recovers_planted_weights_and_reports_the_exact_count() -> None:
+    nbest, refs = planted_problem()
+    result = tune(nbest, refs, ["am", "lm"], TuneOptions(tune_length=False, method="risk"))
+    # the expected-error optimum at a high gamma sits where the planted ranking is
+    assert result.weights.features["lm"] == pytest.approx(0.5, abs=0.05)
+    assert result.errors == score_corpus(refs, one_best(nbest, result.weights)).total.errors
+    assert result.errors <= 10 and result.weights.meta["method"] == "risk"
+    assert len(result.start_errors) == 1 and not result.trace  # one deterministic path
+
+
+def test_risk_with_log_zero_and_huge_values_reports_the_written_count(tmp_path: Path) -> None:
+    nbest, refs = noisy_problem(4)
+    features = ["am", "lm", "srilm", "huge", "tied"]
+    result = tune(nbest, refs, features, TuneOptions(method="risk"))
+    result.weights.save(tmp_path / "w.json")
+    written = Weights.load(tmp_path / "w.json")
+    rescored = score_corpus(refs, one_best(nbest, written)).total.errors
+    assert result.errors == rescored == written.meta["dev_errors"]
+    assert all(np.isfinite(v) for v in written.features.values())
+    assert result.errors < score_corpus(refs, one_best(nbest)).total.errors
+
+
+def test_risk_pull_toward_the_initial_weights() -> None:
+    nbest, refs = planted_problem()
+    start = Weights({"am": 1.0, "lm": 0.1})
+    loose = tune(nbest, refs, ["am", "lm"], TuneOptions(tune_length=False, method="risk"), start)
+    tight = tune(
+        nbest,
+        refs,
+        ["am", "lm"],
+        TuneOptions(tune_length=False, method="risk", risk_l2=1e4),
+        start,
+    )
+    assert loose.weights.features["lm"] == pytest.approx(0.5, abs=0.05)
+    assert tight.weights.features["lm"] == pytest.approx(0.1, abs=0.01)  # held at the start
+    with pytest.raises(ValueError, match="method must be one of"):
+        TuneOptions(method="pro")
+    with pytest.raises(ValueError, match="risk_gammas must be positive"):
+        TuneOptions(method="risk", risk_gammas=(1.0, 0.0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 from pathlib import Path
 
 from lm_models.lstm.summary import TrainingSummary
@@ -76,6 +77,25 @@ def update_readme(readme: Path, results: str) -> None:
     body = results.split("\n", 2)[2]  # drop the title line
     with atomic_write(readme) as f:
         f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
+
+
+def tuning_words(exp: Path, systems: list[tuple[str, str, str | None]]) -> str:
+    """How the systems' weights were tuned, from their weights files' metadata."""
+    methods = {
+        json.loads((exp / folder / "weights.json").read_text(encoding="utf-8"))["meta"].get(
+            "method", "mert"
+        )
+        for _, _, folder in systems
+        if folder is not None
+    }
+    if methods == {"risk"}:
+        return (
+            "by minimising the expected word errors of a softmax over each list, annealed toward "
+            "the 1-best choice (`rescorer tune --method risk`)"
+        )
+    if methods == {"mert"}:
+        return "by direct minimisation of its word errors (`rescorer tune --method mert`)"
+    return f"with a mix of methods ({', '.join(sorted(methods))})"
 
 
 def lstm_lines(exp: Path, lstm_dir: Path, every: int) -> list[str]:
@@ -161,8 +181,9 @@ def main() -> None:
         f"- Our n-gram: `{args.lm.name}`, KenLM modified Kneser-Ney, trained on the 96 novels "
         f"of `corpora/gutenberg` normalised to LibriSpeech style ({n_sent:,} sentences, "
         f"{n_words:,} words); binary size {args.lm.stat().st_size / 2**20:.0f} MiB.",
-        "- Weights tuned on dev_clean by direct minimisation of its word errors (`rescorer "
-        "tune`), applied unchanged to dev_other. Row 1 is the list order ESPnet produced.",
+        f"- Weights tuned on dev_clean {tuning_words(args.exp, systems)}, applied unchanged to "
+        "dev_other (`TUNING.md` compares the tuning methods). Row 1 is the list order ESPnet "
+        "produced.",
         *lstm_lines(args.exp, args.lstm_dir or args.exp / "lstm", args.lstm_every),
         '- "Our 4-gram" is two features, as `--lm` adds them: its natural-log sentence '
         "probability (`4gram`) and the number of words it does not know (`4gram_oov`); the "

@@ -21,30 +21,46 @@ from rescorer.combine import one_best
 from rescorer.core.io import atomic_write
 from rescorer.formats import read_nbest
 from rescorer.refs import read_references
-from rescorer.tune import TuneOptions, tune
+from rescorer.tune import TuneOptions, TuneResult, tune
 from rescorer.wer import score_corpus
 
 # name | features | tune a length weight (the recipe's SYSTEMS)
-SYSTEMS = [
+SYSTEMS = [  # parents (NESTED) before their children
     ("2", "decoder,ctc", False),
-    ("3", "decoder,ctc,4gram,4gram_oov", False),
     ("3a", "decoder,ctc,4gram", False),
+    ("3", "decoder,ctc,4gram,4gram_oov", False),
     ("3b", "decoder,ctc,4gram,4gram_oov", True),
-    ("4", "decoder,ctc,lm,4gram,4gram_oov", True),
     ("4a", "decoder,ctc,lm,4gram", True),
+    ("4", "decoder,ctc,lm,4gram,4gram_oov", True),
     ("3L", "decoder,ctc,lstm,lstm_oov", False),
     ("3M", "decoder,ctc,4gram,4gram_oov,lstm,lstm_oov", False),
     ("4L", "decoder,ctc,lm,4gram,4gram_oov,lstm,lstm_oov", True),
+    # a subword LSTM `sw` (no OOV count) in the word LSTM's place, and beside it
+    ("3S", "decoder,ctc,sw", False),
+    ("3MS", "decoder,ctc,4gram,4gram_oov,lstm,lstm_oov,sw", False),
+    ("4S", "decoder,ctc,lm,4gram,4gram_oov,sw", True),
+    ("4LS", "decoder,ctc,lm,4gram,4gram_oov,lstm,lstm_oov,sw", True),
 ]
 # Adding a feature (or the length) to the first system gives the second.
 NESTED = [("2", "3a"), ("3a", "3"), ("3", "3b"), ("3b", "4"), ("4a", "4"), ("2", "3L"),
-          ("3", "3M"), ("3L", "3M"), ("4", "4L")]  # fmt: skip
+          ("3", "3M"), ("3L", "3M"), ("4", "4L"), ("2", "3S"), ("3M", "3MS"), ("4", "4S"),
+          ("4L", "4LS"), ("4S", "4LS")]  # fmt: skip
 VARIANTS = {
     "dev": dict(selection="dev"),
     "dev, bound 2": dict(selection="dev", bound=2.0),
     "dev, bound 1": dict(selection="dev", bound=1.0),
     "holdout": dict(selection="holdout"),
     "holdout, bound 2": dict(selection="holdout", bound=2.0),
+    # each system's first search starts from its best-tuned parent's weights (new features at
+    # 0), so its tuning-set errors never exceed the parent's
+    "nested": dict(selection="dev", nested=True),
+    "nested, holdout": dict(selection="holdout", nested=True),
+    # expected errors annealed to gamma 8 (or 32), from the anchor alone or the parent
+    "risk": dict(method="risk"),
+    "risk to 32": dict(method="risk", risk_gammas=(1.0, 2.0, 4.0, 8.0, 16.0, 32.0)),
+    "risk, nested": dict(method="risk", nested=True),
+    "risk, l2 0.01": dict(method="risk", risk_l2=0.01),
+    "risk, l2 0.1": dict(method="risk", risk_l2=0.1),
 }
 
 
@@ -74,12 +90,18 @@ def main() -> None:
     errors: dict[tuple[str, str], tuple[int, int]] = {}
     t0 = time.time()
     for variant, extra in variants.items():
+        extra = dict(extra)
+        nested = extra.pop("nested", False)
+        tuned: dict[str, TuneResult] = {}
         for name, feats, length in systems:
             options = TuneOptions(
                 restarts=args.restarts, seed=args.seed, tune_length=length, **extra
             )
             nbest, refs = sets["dev_clean"]
-            result = tune(nbest, refs, feats.split(","), options)
+            parents = [tuned[a] for a, b in NESTED if b == name and a in tuned]
+            start = min(parents, key=lambda r: r.errors).weights if nested and parents else None
+            result = tune(nbest, refs, feats.split(","), options, initial=start)
+            tuned[name] = result
             other, other_refs = sets["dev_other"]
             held = score_corpus(other_refs, one_best(other, result.weights)).total.errors
             errors[(variant, name)] = (result.errors, held)

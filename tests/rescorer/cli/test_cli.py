@@ -418,6 +418,19 @@ def test_tune_finds_the_known_optimum_and_rescore_agrees(tmp_path: Path, tune_se
     assert (int(m.group(1)), int(m.group(2))) == (meta["dev_errors"], meta["dev_ref_words"])
 
 
+def test_tune_method_risk(tmp_path: Path, tune_set: Path) -> None:
+    ref = tune_set / "references" / "ref_wer.trn"
+    out = tmp_path / "w.json"
+    args = ["--features", "decoder,lm", "--method", "risk", "--out", out]
+    result = run(["tune", "--nbest", tune_set, "--ref", ref, *args])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1].startswith("tuned   %WER 4.17 [ 1 / 24 ]")
+    meta = json.loads(out.read_text(encoding="utf-8"))["meta"]
+    assert meta["method"] == "risk" and meta["dev_errors"] == 1
+    result = run(["tune", "--nbest", tune_set, "--ref", ref, "--method", "pro", "--out", out])
+    assert result.exit_code == 2 and "'pro' is not one of" in result.output
+
+
 def test_tune_default_features_with_kenlm(
     tmp_path: Path, espnet_factory: Factory, tiny_arpa: Path
 ) -> None:
