@@ -2,7 +2,8 @@
 
 The commands live in one module per group (:mod:`~rescorer.cli.evaluation`,
 :mod:`~rescorer.cli.rescoring`, :mod:`~rescorer.cli.models`, :mod:`~rescorer.cli.keyboard`, and
-the model families' :mod:`~rescorer.cli.fnlm`, :mod:`~rescorer.cli.lbl`, :mod:`~rescorer.cli.cue`);
+the context files' :mod:`~rescorer.cli.context`, the model
+families' :mod:`~rescorer.cli.fnlm`, :mod:`~rescorer.cli.lbl`, :mod:`~rescorer.cli.cue`);
 their shared options and error handling are in :mod:`rescorer.cli.options`. This module imports
 them all and nothing imports it.
 
@@ -16,7 +17,7 @@ import logging
 
 import click
 
-from rescorer.cli import cue, evaluation, fnlm, keyboard, lbl, models, rescoring
+from rescorer.cli import context, cue, evaluation, fnlm, keyboard, lbl, models, rescoring
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,6 +37,7 @@ COMMANDS: tuple[click.Command, ...] = (
     rescoring.tune_cmd,
     rescoring.rescore,
     rescoring.convert,
+    context.context,
     models.ppl,
     models.ngram,
     models.train_cmd,

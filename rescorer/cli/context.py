@@ -1,0 +1,106 @@
+"""Context commands: ``context build`` (the previous utterances' own text as context)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rescorer.cli.options import handle_errors, load_nbest, nbest_options, out_option
+from rescorer.context_build import (
+    GROUP_BY,
+    PREVIOUS_FIELD,
+    ContextBuildOptions,
+    build_contexts,
+    write_contexts,
+)
+from rescorer.core.errors import check_same_ids
+from rescorer.refs import read_kaldi_text
+
+FIRST_PASS = "first-pass"
+
+
+@click.group()
+def context() -> None:
+    """Per-utterance context files."""
+
+
+@context.command(name="build")
+@nbest_options
+@click.option(
+    "--previous",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="How many earlier utterances of the same group to include.",
+)
+@click.option(
+    "--group-by",
+    type=click.Choice([*GROUP_BY, "chapter"]),
+    default="recording",
+    show_default=True,
+    help="recording: the id minus its last part (LibriSpeech's chapter); speaker: its first part.",
+)
+@click.option(
+    "--from",
+    "source",
+    default=FIRST_PASS,
+    show_default=True,
+    help="first-pass: each list's first hypothesis; or a rescored 1-best (`uttid words`, the "
+    "1best.txt of `rescorer rescore`, or its folder) for a second pass. Never the references.",
+)
+@click.option("--field", default=PREVIOUS_FIELD, show_default=True, help="Name of the text field.")
+@click.option(
+    "--metadata/--no-metadata",
+    default=True,
+    show_default=True,
+    help="Also write the speaker and recording read from the ids.",
+)
+@out_option("Where to write the context file (JSONL).", required=True)
+@handle_errors
+def context_build(
+    nbest_path: Path,
+    fmt: str,
+    previous: int,
+    group_by: str,
+    source: str,
+    field: str,
+    metadata: bool,
+    out_path: Path,
+) -> None:
+    """Context of each utterance from the system's own text of the utterances before it.
+
+    For each utterance: the 1-best of the --previous utterances before it in its group, oldest
+    first, as the field `previous` (left out for a group's first utterance), and its `speaker`
+    and `recording`. `--context` of score, tune, rescore and ppl reads the file.
+
+    \b
+    Example:
+      rescorer context build --nbest DEV --previous 3 --out dev.ctx.jsonl
+      rescorer context build --nbest DEV --from rescored/1best.txt --out dev.ctx2.jsonl
+    """
+    nbest = load_nbest(nbest_path, fmt)
+    if source == FIRST_PASS:
+        texts = {u: nb[0].words if len(nb) else () for u, nb in nbest.items()}
+    else:
+        path = Path(source)
+        if path.is_dir():
+            path = path / "1best.txt"
+        if not path.is_file():
+            raise click.BadParameter(
+                f"expected {FIRST_PASS!r} or a 1-best text file or folder, got {source!r}",
+                param_hint="--from",
+            )
+        texts = read_kaldi_text(path)
+        check_same_ids(set(nbest), set(texts), "1-best", path)
+    options = ContextBuildOptions(
+        previous=previous, group_by=group_by, field=field, metadata=metadata
+    )
+    contexts = build_contexts(texts, options)
+    write_contexts(out_path, contexts)
+    with_text = sum(1 for r in contexts.values() if options.field in r)
+    groups = len({r.get("recording") for r in contexts.values()}) if metadata else None
+    click.echo(
+        f"wrote {out_path}: {len(contexts)} utterances, {with_text} with previous text"
+        + (f", {groups} recording(s)" if groups is not None else "")
+    )

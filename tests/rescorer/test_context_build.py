@@ -1,0 +1,119 @@
+"""Context files from the system's own text of the previous utterances (issue 16, item 1)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from rescorer.context_build import ContextBuildOptions, build_contexts, utt_place, write_contexts
+from rescorer.contexts import read_contexts
+from tests.conftest import write_espnet_set
+from tests.rescorer.cli.test_cli import assert_input_error, assert_usage_error, run
+
+
+def chapter_texts() -> dict[str, tuple[str, ...]]:
+    """Two chapters of one speaker and one of another; each 1-best names its utterance."""
+    ids = [f"11-100-{i:04d}" for i in range(5)] + [f"11-200-{i:04d}" for i in range(3)]
+    ids += [f"22-300-{i:04d}" for i in (0, 1, 2, 10)]  # 10 after 2: numbers compare as numbers
+    return {u: (f"W{u.replace('-', '_')}",) for u in ids}
+
+
+def words_of(record: dict[str, str]) -> list[str]:
+    return record.get("previous", "").split()
+
+
+def test_previous_utterances_of_the_same_recording_only_and_in_order() -> None:
+    texts = chapter_texts()
+    ctx = build_contexts(texts, ContextBuildOptions(previous=2))
+    assert "previous" not in ctx["11-100-0000"]  # a recording's first utterance: missing
+    assert words_of(ctx["11-100-0001"]) == ["W11_100_0000"]
+    assert words_of(ctx["11-100-0004"]) == [
+        "W11_100_0002",
+        "W11_100_0003",
+    ]  # the last 2, oldest first
+    assert "previous" not in ctx["11-200-0000"]  # a new chapter of the same speaker starts afresh
+    assert words_of(ctx["22-300-0010"]) == ["W22_300_0001", "W22_300_0002"]
+    assert ctx["22-300-0002"]["speaker"] == "22" and ctx["22-300-0002"]["recording"] == "22-300"
+    assert list(ctx) == list(texts)  # the input's order
+
+
+def test_no_look_ahead_whatever_the_order_of_the_input() -> None:
+    texts = chapter_texts()
+    items = list(texts.items())
+    random.Random(0).shuffle(items)
+    ctx = build_contexts(dict(items), ContextBuildOptions(previous=50))
+    for utt, record in ctx.items():
+        here = utt_place(utt)
+        for word in words_of(record):
+            other = word[1:].replace("_", "-")  # the utterance this word came from
+            there = utt_place(other)
+            assert there.recording == here.recording and there.position < here.position
+    # and everything earlier is there: a recording's k-th utterance sees k earlier ones
+    assert len(words_of(ctx["11-100-0004"])) == 4 and len(words_of(ctx["22-300-0010"])) == 3
+
+
+def test_grouping_by_speaker_runs_across_that_speaker_s_recordings() -> None:
+    ctx = build_contexts(chapter_texts(), ContextBuildOptions(previous=2, group_by="speaker"))
+    assert words_of(ctx["11-200-0000"]) == ["W11_100_0003", "W11_100_0004"]
+    assert "previous" not in ctx["22-300-0000"]
+    chapter = build_contexts(chapter_texts(), ContextBuildOptions(group_by="chapter"))
+    assert chapter == build_contexts(chapter_texts(), ContextBuildOptions(group_by="recording"))
+
+
+def test_options_and_ids_are_checked() -> None:
+    with pytest.raises(ValueError, match="previous must be an integer >= 1"):
+        ContextBuildOptions(previous=0)
+    with pytest.raises(ValueError, match="group_by must be one of"):
+        ContextBuildOptions(group_by="file")
+    with pytest.raises(ValueError, match="expected speaker-recording-position"):
+        build_contexts({"utt1": ("a",)})
+
+
+def test_written_file_reads_back(tmp_path: Path) -> None:
+    ctx = build_contexts(chapter_texts(), ContextBuildOptions(previous=1, metadata=False))
+    write_contexts(tmp_path / "c.jsonl", ctx)
+    assert read_contexts(tmp_path / "c.jsonl") == ctx
+    assert ctx["11-100-0000"] == {}
+
+
+def nbest_set(root: Path) -> Path:
+    # first hypotheses "first N", second "second N"; references "ref N" never used
+    utts = [
+        (f"7-70-{i:04d}", [(f"first {i}", -1.0, -1.0, -1.0), (f"second {i}", -2.0, -2.0, -2.0)])
+        for i in range(4)
+    ]
+    return write_espnet_set(root, utts, {u: f"ref {u}" for u, _ in utts})
+
+
+def test_cli_first_pass_and_rescored(tmp_path: Path) -> None:
+    nbest = nbest_set(tmp_path / "dev")
+    out = tmp_path / "ctx.jsonl"
+    result = run(["context", "build", "--nbest", nbest, "--previous", "2", "--out", out])
+    assert result.exit_code == 0, result.output
+    summary = f"wrote {out}: 4 utterances, 3 with previous text, 1 recording(s)"
+    assert result.output.strip() == summary
+    ctx = read_contexts(out)
+    assert ctx["7-70-0003"]["previous"] == "first 1 first 2"  # the list's first hypotheses
+    assert "ref" not in out.read_text(encoding="utf-8")
+    one_best = tmp_path / "rescored"
+    one_best.mkdir()
+    (one_best / "1best.txt").write_text(
+        "".join(f"7-70-{i:04d} second {i}\n" for i in range(4)), encoding="utf-8"
+    )
+    result = run(["context", "build", "--nbest", nbest, "--from", one_best, "--out", out])
+    assert result.exit_code == 0, result.output
+    assert read_contexts(out)["7-70-0003"]["previous"] == "second 0 second 1 second 2"
+
+
+def test_cli_bad_input(tmp_path: Path) -> None:
+    nbest = nbest_set(tmp_path / "dev")
+    out = tmp_path / "ctx.jsonl"
+    result = run(["context", "build", "--nbest", nbest, "--from", tmp_path / "nope", "--out", out])
+    assert_usage_error(result, "--from", "first-pass")
+    partial = tmp_path / "1best.txt"
+    partial.write_text("7-70-0000 a\n", encoding="utf-8")
+    result = run(["context", "build", "--nbest", nbest, "--from", partial, "--out", out])
+    assert_input_error(result, "1best.txt", "ids do not match")
+    assert not out.exists()  # nothing half-written
