@@ -165,23 +165,12 @@ class _Problem:
         """The step ``t`` in ``t_range`` minimising errors of ``w + t*d``, and those errors."""
         A = self.F @ w  # (U, H) intercepts
         B = self.F @ d  # (U, H) slopes
-        base = 0
-        times: list[np.ndarray] = []
-        deltas: list[np.ndarray] = []
-        for u in range(A.shape[0]):
-            n = len(self.errs[u])
-            segs = _upper_envelope(A[u, :n], B[u, :n])
-            err = self.errs[u]
-            base += int(err[segs[0][1]])
-            if len(segs) > 1:
-                idx = np.array([s[1] for s in segs])
-                times.append(np.array([s[0] for s in segs[1:]]))
-                deltas.append(err[idx[1:]] - err[idx[:-1]])
-        if not times:
+        start, t, olds, news = _envelopes(A, B, self.valid)
+        base = int(self.E[np.arange(len(start)), start].sum())  # errors at t -> -inf
+        if not len(t):
             return 0.0, base
+        delta = self.E[news] - self.E[olds]  # error change at each change of a list's winner
         t_min, t_max = t_range
-        t = np.concatenate(times)
-        delta = np.concatenate(deltas)
         order = np.argsort(t, kind="stable")
         t, delta = t[order], delta[order]
         # Interval i is (bounds[i-1], bounds[i]); errors there are base + cumsum up to i-1.
@@ -206,6 +195,67 @@ class _Problem:
         else:
             step = 0.5 * (lo[i] + hi[i])
         return float(step), int(best)
+
+
+def _envelopes(
+    A: np.ndarray, B: np.ndarray, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Every list's upper envelope at once (the walk of :func:`_upper_envelope`, vectorised).
+
+    ``A``, ``B`` (U, H): each hypothesis's score ``A + t*B``; ``valid`` marks real hypotheses.
+    Returns the winner of each list at t -> -inf (U,), and for every change of winner its time
+    and the (list, hypothesis) index pairs of the old and new winner. One pass over the lists
+    per envelope segment (at most H), instead of a Python loop over the lists.
+    """
+    n_utt = A.shape[0]
+    rows = np.arange(n_utt)
+    # At t -> -inf the smallest slope wins; then the largest intercept; then the lowest index.
+    Bv = np.where(valid, B, np.inf)
+    cand = valid & (Bv == Bv.min(axis=1, keepdims=True))
+    Av = np.where(cand, A, -np.inf)
+    cand &= Av == Av.max(axis=1, keepdims=True)
+    cur = np.argmax(cand, axis=1)
+    first = cur.copy()
+    t_cur = np.full(n_utt, -np.inf)
+    live = rows
+    times, us, olds, news = [], [], [], []
+    while len(live):
+        a_cur, b_cur = A[live, cur[live]][:, None], B[live, cur[live]][:, None]
+        a, b = A[live], B[live]
+        steeper = valid[live] & (b > b_cur)
+        has = steeper.any(axis=1)
+        live, steeper, a, b, a_cur, b_cur = (
+            live[has],
+            steeper[has],
+            a[has],
+            b[has],
+            a_cur[has],
+            b_cur[has],
+        )
+        if not len(live):
+            break
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = np.where(steeper, (a_cur - a) / (b - b_cur), np.inf)
+        cross = np.where(steeper, np.maximum(cross, t_cur[live][:, None]), np.inf)
+        t_next = cross.min(axis=1)
+        # Right after the crossing the steepest line leads; equal lines: lowest index.
+        at = steeper & (cross == t_next[:, None])
+        b_at = np.where(at, b, -np.inf)
+        at &= b_at == b_at.max(axis=1, keepdims=True)
+        a_at = np.where(at, a, -np.inf)
+        at &= a_at == a_at.max(axis=1, keepdims=True)
+        new = np.argmax(at, axis=1)
+        times.append(t_next)
+        us.append(live)
+        olds.append(cur[live])
+        news.append(new)
+        cur[live] = new
+        t_cur[live] = t_next
+    if not times:
+        empty = np.zeros(0, dtype=np.int64)
+        return first, np.zeros(0), (empty, empty), (empty, empty)
+    u = np.concatenate(us)
+    return first, np.concatenate(times), (u, np.concatenate(olds)), (u, np.concatenate(news))
 
 
 def _upper_envelope(a: np.ndarray, b: np.ndarray) -> list[tuple[float, int]]:

@@ -306,3 +306,21 @@ def test_risk_pull_toward_the_initial_weights() -> None:
         TuneOptions(method="pro")
     with pytest.raises(ValueError, match="risk_gammas must be positive"):
         TuneOptions(method="risk", risk_gammas=(1.0, 0.0))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_all_envelopes_at_once_equal_the_walk_of_each_list(seed: int) -> None:
+    from rescorer.tune import _envelopes
+
+    rng = np.random.default_rng(seed)
+    feats = [rng.integers(-3, 4, size=(rng.integers(1, 12), 3)).astype(float) for _ in range(60)]
+    problem = _Problem(feats, [np.zeros(len(f), dtype=np.int64) for f in feats])
+    w, d = rng.normal(size=3), rng.integers(-2, 3, size=3).astype(float)  # ties and parallels
+    A, B = problem.F @ w, problem.F @ d
+    start, times, olds, news = _envelopes(A, B, problem.valid)
+    for u, f in enumerate(feats):
+        segs = _upper_envelope(f @ w, f @ d)
+        mine = np.flatnonzero(news[0] == u)  # this list's changes, in the walk's order
+        assert start[u] == segs[0][1]
+        assert [(float(times[i]), int(news[1][i])) for i in mine] == segs[1:]
+        assert [int(olds[1][i]) for i in mine] == [s[1] for s in segs[:-1]]

@@ -919,3 +919,22 @@ def test_empty_inputs_are_errors(tmp_path: Path, tiny_arpa: Path) -> None:
         assert result.exit_code == 2, result.output
         assert f"{empty}: no N-best lists in it" in result.output
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_light_commands_import_no_heavy_package() -> None:
+    """`wer`, `convert`, `tune` and `rescore` with KenLM never need torch, ONNX or sentencepiece:
+    the CLI imports them only inside the commands and loaders that do (start-up time)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from rescorer.cli.main import main\n"
+        "for cmd in ('wer', 'convert', 'tune', 'rescore', 'score', 'context'):\n"
+        "    assert CliRunner().invoke(main, [cmd, '--help']).exit_code == 0, cmd\n"
+        "heavy = ('torch', 'onnx', 'onnxruntime', 'sentencepiece', 'transformers', 'lm_models')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
