@@ -36,14 +36,13 @@ EXP = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp"
 FEATURES = ["decoder", "ctc", "lm", "4gram", "4gram_oov"]
 
 
-def per_list_line_search(problem: _Problem, w: np.ndarray, d: np.ndarray) -> tuple[float, int]:
+def per_list_line_search(
+    feats: list[np.ndarray], errs: list[np.ndarray], w: np.ndarray, d: np.ndarray
+) -> tuple[float, int]:
     """The line search as it was: a Python loop over the lists, then the same interval scan."""
-    A, B = problem.F @ w, problem.F @ d
     base, times, deltas = 0, [], []
-    for u in range(A.shape[0]):
-        n = len(problem.errs[u])
-        segs = _upper_envelope(A[u, :n], B[u, :n])
-        err = problem.errs[u]
+    for f, err in zip(feats, errs, strict=True):
+        segs = _upper_envelope(f @ w, f @ d)
         base += int(err[segs[0][1]])
         if len(segs) > 1:
             idx = np.array([s[1] for s in segs])
@@ -74,9 +73,9 @@ def main() -> None:
     utts = [u for u in nbest if len(nbest[u])]
     feats = [feature_matrix(nbest[u], FEATURES) for u in utts]
     scale = _column_scale(feats)
-    problem = _Problem(
-        [f / scale for f in feats], [np.asarray(errs_by_utt[u], dtype=np.int64) for u in utts]
-    )
+    feats = [f / scale for f in feats]
+    errs = [np.asarray(errs_by_utt[u], dtype=np.int64) for u in utts]
+    problem = _Problem(feats, errs)
     load = os.getloadavg()[0]  # other jobs on the machine during the run
     rng = np.random.default_rng(0)
     dim = len(FEATURES) + 1
@@ -91,7 +90,7 @@ def main() -> None:
         _, e_fast = problem.line_search(w, d)
         fast_s.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        _, e_slow = per_list_line_search(problem, w, d)
+        _, e_slow = per_list_line_search(feats, errs, w, d)
         slow_s.append(time.perf_counter() - t0)
         same &= e_fast == e_slow
     runs = {}

@@ -152,7 +152,6 @@ class _Problem:
             self.F[u, : len(f)] = f
             self.E[u, : len(e)] = e
             self.valid[u, : len(f)] = True
-        self.feats, self.errs = feats, errs
 
     def errors(self, w: np.ndarray) -> int:
         scores = np.where(self.valid, self.F @ w, -np.inf)  # (U, H)
@@ -260,6 +259,9 @@ def _envelopes(
 
 def _upper_envelope(a: np.ndarray, b: np.ndarray) -> list[tuple[float, int]]:
     """Segments ``(t_start, index)`` of ``argmax_i a[i] + t*b[i]`` as t goes from -inf to inf.
+
+    One list's walk, the specification :func:`_envelopes` runs for all lists at once (the tests
+    and ``bench/bench_tune.py`` hold the two equal).
 
     Among lines equal over an interval the lowest index wins, as in reranking.
     """
@@ -375,12 +377,16 @@ def _risk_search(
         if box is not None:
             with torch.no_grad():
                 x.clamp_(-box, box)
-        logger.info(
-            "risk gamma %g: expected errors %.1f, errors %d",
-            gamma,
-            float(closure().detach()) * n_utt,
-            problem.errors(weights().detach().numpy()),
-        )
+        if logger.isEnabledFor(logging.INFO):  # the end point, counted only for the log
+            w = weights().detach()
+            with torch.no_grad():
+                p = torch.softmax(gamma * (F @ w).masked_fill(~valid, -torch.inf), dim=1)
+            logger.info(
+                "risk gamma %g: expected errors %.1f, errors %d",
+                gamma,
+                float((p * E).sum()),
+                problem.errors(w.numpy()),
+            )
     return weights().detach().numpy().copy()
 
 

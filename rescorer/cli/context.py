@@ -14,7 +14,7 @@ from rescorer.context_build import (
     build_contexts,
     write_contexts,
 )
-from rescorer.core.errors import check_same_ids
+from rescorer.core.errors import InputError, check_same_ids
 from rescorer.refs import read_kaldi_text
 
 FIRST_PASS = "first-pass"
@@ -82,6 +82,7 @@ def context_build(
     nbest = load_nbest(nbest_path, fmt)
     if source == FIRST_PASS:
         texts = {u: nb[0].words if len(nb) else () for u, nb in nbest.items()}
+        text_path = nbest_path
     else:
         path = Path(source)
         if path.is_dir():
@@ -93,10 +94,14 @@ def context_build(
             )
         texts = read_kaldi_text(path)
         check_same_ids(set(nbest), set(texts), "1-best", path)
+        text_path = path
     options = ContextBuildOptions(
         previous=previous, group_by=group_by, field=field, metadata=metadata
     )
-    contexts = build_contexts(texts, options)
+    try:
+        contexts = build_contexts(texts, options)
+    except ValueError as err:  # an id without speaker-recording-position: name the file
+        raise InputError(str(err), text_path) from None
     write_contexts(out_path, contexts)
     with_text = sum(1 for r in contexts.values() if options.field in r)
     groups = len({r.get("recording") for r in contexts.values()}) if metadata else None

@@ -117,3 +117,8 @@ def test_cli_bad_input(tmp_path: Path) -> None:
     result = run(["context", "build", "--nbest", nbest, "--from", partial, "--out", out])
     assert_input_error(result, "1best.txt", "ids do not match")
     assert not out.exists()  # nothing half-written
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"utt": "x", "hyps": [{"text": "a", "scores": {"s": 1}}]}\n')
+    result = run(["context", "build", "--nbest", odd, "--out", out])
+    assert_input_error(result, "odd.jsonl", "utterance id 'x'", "speaker-recording-position")
+    assert not out.exists()
