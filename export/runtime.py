@@ -28,6 +28,7 @@ from export.format import (
     SCORER_KINDS,
 )
 from rescorer.core.context_key import ContextField
+from rescorer.core.runtime import threads as process_threads
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +157,8 @@ def create_session(
         raise ValueError(f"bad device {device!r}: expected auto, cpu, cuda or cuda:N")
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: no per-session warnings on stderr
+    if threads is None:  # the CLI's --threads (rescorer.core.runtime), else ONNX Runtime's own
+        threads = process_threads()
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")

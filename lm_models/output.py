@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +48,141 @@ from torch import Tensor, nn
 def _wide(x: Tensor) -> Tensor:
     """``x`` in float32 when autocast made it narrower (bf16); float32/64 unchanged."""
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+# Bytes of one (rows, V) block of logits in :func:`target_log_softmax`: small enough that the
+# block, its log-softmax and the output weights stay in the last-level cache (32 MiB here), large
+# enough that the block's matmul runs at full speed. Measured in bench/bench_lstm.py.
+BLOCK_BYTES = 16 << 20
+# Rows per block are kept between these bounds whatever the vocabulary size.
+MIN_BLOCK_ROWS, MAX_BLOCK_ROWS = 16, 512
+
+
+def _version(t: Tensor) -> int:
+    """``t``'s in-place version counter; -1 for an inference tensor (which keeps none)."""
+    return -1 if t.is_inference() else t._version
+
+
+def block_rows(vocab_size: int, itemsize: int = 4) -> int:
+    """Rows of z per block of :func:`target_log_softmax` at this vocabulary size."""
+    rows = BLOCK_BYTES // max(1, vocab_size * itemsize)
+    return int(min(MAX_BLOCK_ROWS, max(MIN_BLOCK_ROWS, rows - rows % 16)))
+
+
+def uses_blocks(z: Tensor, bias: Tensor) -> bool:
+    """Whether :func:`target_log_softmax` applies: a CPU tensor, one shared bias, no autocast."""
+    return z.device.type == "cpu" and bias.dim() == 1 and not torch.is_autocast_enabled("cpu")
+
+
+def target_log_softmax(
+    z: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    rows: Tensor,
+    targets: Tensor,
+    never: Tensor | None = None,
+) -> Tensor:
+    """``log_softmax(z W^T + b)[rows[j], targets[j]]``: z (N, in), rows and targets (M,) -> (M,).
+
+    The same values as materialising the (N, V) log-softmax and gathering, without it: z is
+    taken :func:`block_rows` rows at a time, each block's logits written by one matmul with the
+    bias inside (``addmm``) into a buffer reused for every block and normalised in place, and
+    only the targets read out. The blocks stay in cache and no (N, V) tensor is
+    allocated (a fresh one per step cost as much as the arithmetic: page faults and zero-fill).
+    A row's distribution is computed once however many of ``rows`` name it. ``never`` units
+    get -inf logits. Differentiable in z, weight and bias when each row has one target (the
+    training case; see :class:`_TargetLogSoftmax`).
+    """
+    if z.dim() != 2 or weight.dim() != 2 or bias.dim() != 1 or z.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"target_log_softmax: expected z (N, in), weight (V, in), bias (V,); got "
+            f"{tuple(z.shape)}, {tuple(weight.shape)}, {tuple(bias.shape)}"
+        )
+    if rows.shape != targets.shape or rows.dim() != 1:
+        raise ValueError(
+            f"target_log_softmax: expected rows and targets (M,), got {tuple(rows.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+    never = never if never is not None else torch.empty(0, dtype=torch.long, device=z.device)
+    order = None
+    if len(rows) > 1 and not bool((rows[1:] >= rows[:-1]).all()):
+        order = torch.argsort(rows, stable=True)  # blocks take contiguous slices of rows
+        rows, targets = rows[order], targets[order]
+    train = torch.is_grad_enabled() and any(t.requires_grad for t in (z, weight, bias))
+    if train and not torch.equal(rows, torch.arange(z.shape[0], device=rows.device)):
+        raise ValueError("target_log_softmax: gradients need exactly one target per row")
+    out = _TargetLogSoftmax.apply(z, weight, bias, rows, targets, never, train)
+    if order is None:
+        return out
+    return torch.empty_like(out).index_copy_(0, order, out)
+
+
+def _blocks(
+    z: Tensor, weight: Tensor, bias: Tensor, rows: Tensor, never: Tensor
+) -> Iterator[tuple[int, int, int, int, Tensor]]:
+    """Per block of z's rows [a, b): a, b, the slice [lo, hi) of ``rows`` in it, and the
+    block's log-softmax (a reused buffer, valid until the next block)."""
+    n, vocab = z.shape[0], weight.shape[0]
+    step = block_rows(vocab, z.element_size())
+    logits = z.new_empty(min(step, n), vocab)
+    bounds = torch.searchsorted(rows, torch.arange(0, n + step, step, device=rows.device))
+    bounds = bounds.tolist()
+    w_t = weight.t()
+    for k, a in enumerate(range(0, n, step)):
+        b = min(n, a + step)
+        block = logits[: b - a]
+        torch.addmm(bias, z[a:b], w_t, out=block)  # the bias inside the matmul
+        if len(never):
+            block.index_fill_(1, never, -math.inf)
+        # in place, by the native out= kernel (torch.log_softmax(out=) computes a fresh tensor
+        # and copies it); each element is read before it is written (exactness is tested)
+        lsm = torch._log_softmax(block, 1, False, out=block)
+        yield a, b, bounds[k], bounds[k + 1], lsm
+
+
+class _TargetLogSoftmax(torch.autograd.Function):
+    """:func:`target_log_softmax` with ``rows`` sorted.
+
+    With gradients (training: one target per row), each block's ``d out_i / d logits_i =
+    onehot(t_i) - softmax_i`` is formed in place while the block is in cache and kept in one
+    (N, V) tensor G, and ``G W`` is taken there too; the backward pass scales rows by the
+    incoming gradient g: grad z = g * (G W), grad W = G^T (g * z), grad b = G^T g. Three
+    matmuls as for an unfused layer, but one pass over (N, V) memory instead of several.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        z: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        rows: Tensor,
+        targets: Tensor,
+        never: Tensor,
+        train: bool,
+    ) -> Tensor:
+        out = z.new_empty(len(rows))
+        unit = z.new_empty(z.shape[0], weight.shape[0]) if train else None  # G (N, V)
+        unit_z = torch.empty_like(z) if train else None  # G W (N, in)
+        with torch.no_grad():
+            for a, b, lo, hi, lsm in _blocks(z, weight, bias, rows, never):
+                out[lo:hi] = lsm[rows[lo:hi] - a, targets[lo:hi]]
+                if unit is not None and unit_z is not None:
+                    g = torch.exp(lsm, out=unit[a:b]).neg_()  # -softmax
+                    g[rows[lo:hi] - a, targets[lo:hi]] += 1.0  # + onehot(target)
+                    torch.mm(g, weight, out=unit_z[a:b])
+        if train:
+            ctx.save_for_backward(z, unit, unit_z)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        z, unit, unit_z = ctx.saved_tensors
+        need_z, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_z = unit_z * grad[:, None] if need_z else None
+        grad_w = unit.t() @ (z * grad[:, None]) if need_w else None
+        grad_b = unit.t() @ grad if need_b else None
+        return grad_z, grad_w, grad_b, None, None, None, None
 
 
 class FullSoftmax(nn.Module):
@@ -71,7 +207,14 @@ class FullSoftmax(nn.Module):
         return F.log_softmax(self.logits(z, weight, bias), dim=-1)
 
     def log_prob(self, z: Tensor, targets: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        """(N, in), (N,) -> (N,) natural-log probability of each target."""
+        """(N, in), (N,) -> (N,) natural-log probability of each target.
+
+        On the CPU with one shared bias: :func:`target_log_softmax` (blocks in cache, no (N, V)
+        tensor); elsewhere the full distribution gathered at the targets.
+        """
+        if z.dim() == 2 and uses_blocks(z, bias):
+            rows = torch.arange(z.shape[0], device=z.device)
+            return target_log_softmax(z, weight, bias, rows, targets, self.never)
         return self.log_probs(z, weight, bias).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
@@ -149,6 +292,9 @@ class ClassFactoredSoftmax(nn.Module):
         self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls))))
         self.segment_sizes = [len(seg) for seg in segments]
         self.segment_of_cluster = {k: i + 1 for i, k in enumerate(cluster_ids.tolist())}
+        # (weight, bias, their versions, their rows in segment order): see _grouped
+        self._grouped_cache: tuple[Tensor, Tensor, tuple[int, int], tuple[Tensor, Tensor]] | None
+        self._grouped_cache = None
 
     def class_log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(..., in) -> (..., C): log P(c | h). ``bias`` (V,) or per row (..., V)."""
@@ -197,8 +343,7 @@ class ClassFactoredSoftmax(nn.Module):
             )
         cls = self.class_of[targets]  # (N,)
         if not self.grouped_is_identity:  # one gather of the rows, in segment order
-            weight = weight.index_select(0, self.grouped)
-            bias = bias.index_select(-1, self.grouped)
+            weight, bias = self._grouped(weight, bias)
         w_seg = weight.split(self.segment_sizes)  # singletons' rows, then each cluster's
         b_seg = bias.split(self.segment_sizes, dim=-1)
         class_lp = self._class_log_probs(z, w_seg[0], b_seg[0])  # (N, C)
@@ -221,6 +366,29 @@ class ClassFactoredSoftmax(nn.Module):
             lp = F.log_softmax(_wide(logits), dim=-1)
             within[rows] = lp.gather(1, self.position[targets[rows]].unsqueeze(1)).squeeze(1)
         return out + within
+
+    def _grouped(self, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+        """``weight`` (V, in) and ``bias`` (V,) | (N, V) with the words in segment order.
+
+        Without gradients (scoring) the gathered copy of a shared weight and bias is kept and
+        reused while they are unchanged (the same tensor objects, kept referenced so that their
+        memory is not reused, at the same in-place version; an inference tensor keeps no
+        version and is taken as unchanged): gathering a 50k x 384 matrix on every call cost a
+        quarter of the scorer's time.
+        """
+        if torch.is_grad_enabled() or bias.dim() != 1:
+            return weight.index_select(0, self.grouped), bias.index_select(-1, self.grouped)
+        versions = (_version(weight), _version(bias))
+        cached = self._grouped_cache
+        if (
+            cached is None
+            or cached[0] is not weight
+            or cached[1] is not bias
+            or cached[2] != versions
+        ):
+            grouped = (weight.index_select(0, self.grouped), bias.index_select(0, self.grouped))
+            cached = self._grouped_cache = (weight, bias, versions, grouped)
+        return cached[3]
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, num_classes={self.num_classes}"

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from rescorer.core.data import default_data_dir
+from rescorer.core.runtime import THREADS_ENV
+
+# CLI invocations in tests leave torch's thread count alone (the CLI's default is "auto"): the
+# tests of --threads pass it explicitly.
+os.environ.setdefault(THREADS_ENV, "default")
 
 DATA_DIR = default_data_dir()
 ESPNET_DIR = DATA_DIR / "nbest" / "librispeech-espnet"

@@ -53,7 +53,7 @@ from torch.nn import functional as F
 
 from lm_models.checkpoint import register_model_type
 from lm_models.lstm.context import ContextEncoder, ContextVariable
-from lm_models.output import ClassFactoredSoftmax
+from lm_models.output import ClassFactoredSoftmax, target_log_softmax, uses_blocks
 from lm_models.vocab import BOS_ID
 
 logger = logging.getLogger(__name__)
@@ -520,9 +520,9 @@ class ContextLSTM(nn.Module):
             out_emb = out_emb[vocab_ids]  # (S, e)
             bias = bias[..., vocab_ids]  # (S,) | (N, S)
         projected = self.L(h) if self.L is not None else h  # L h_t                    (N, T, e)
-        if bias.dim() == 2:
-            bias = bias.unsqueeze(1)  # (N, 1, V)
-        return F.linear(projected, out_emb) + bias  # (N, T, V)
+        if bias.dim() == 1:
+            return F.linear(projected, out_emb, bias)  # the bias inside the matmul  (N, T, V)
+        return F.linear(projected, out_emb) + bias.unsqueeze(1)  # (N, 1, V) per sequence
 
     def forward(
         self,
@@ -567,21 +567,25 @@ class ContextLSTM(nn.Module):
         distribution of :meth:`forward` gathered at the targets; with the class-factored output
         only the targets' classes are computed (the cheap training path, same values).
         """
-        if self.class_output is None:
-            log_probs, _ = self(inputs, context)  # (N, T, V)
-            picked = log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)
-            return picked if mask is None else torch.where(mask, picked, torch.zeros_like(picked))
         h, _, adapted = self._run(inputs, context, None, None)
+        bias = adapted.output_bias
+        if self.class_output is None and not uses_blocks(h, bias):
+            picked = self._log_probs(h, bias).gather(2, targets.unsqueeze(2)).squeeze(2)
+            return picked if mask is None else torch.where(mask, picked, torch.zeros_like(picked))
         projected = self.L(h) if self.L is not None else h  # (N, T, e)
         if mask is None:
             mask = torch.ones_like(targets, dtype=torch.bool)
         rows = mask.nonzero(as_tuple=True)
-        bias = adapted.output_bias
         if bias.dim() == 2:
             bias = bias[rows[0]]  # (n, V): each position's sequence's bias
-        picked = self.class_output.log_prob(
-            projected[rows], targets[rows], self._output_embedding(), bias
-        )
+        if self.class_output is None:  # the full softmax by blocks of positions (CPU)
+            z = projected[rows]  # (n, e)
+            idx = torch.arange(z.shape[0], device=z.device)
+            picked = target_log_softmax(z, self._output_embedding(), bias, idx, targets[rows])
+        else:
+            picked = self.class_output.log_prob(
+                projected[rows], targets[rows], self._output_embedding(), bias
+            )
         out = picked.new_zeros(targets.shape)  # picked's dtype: float32 under bf16 autocast
         out[rows] = picked
         return out
@@ -604,10 +608,12 @@ class ContextLSTM(nn.Module):
         bias = adapted.output_bias
         if bias.dim() != 1:
             raise ValueError("log_probs_at: expected weights shared by every row (one context)")
+        projected = self.L(h) if self.L is not None else h  # (N, e)
         if self.class_output is None:
+            if uses_blocks(h, bias):  # each row's distribution once, in cache-sized blocks
+                return target_log_softmax(projected, self._output_embedding(), bias, rows, targets)
             log_probs = F.log_softmax(self._logits(h, bias), dim=-1)  # (N, V)
             return log_probs[rows, targets]
-        projected = self.L(h) if self.L is not None else h  # (N, e)
         return self.class_output.log_prob(projected[rows], targets, self._output_embedding(), bias)
 
     def hidden(

@@ -355,14 +355,11 @@ class LossModule(nn.Module):
         samples: torch.Tensor | None = None,
         log_expected: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if samples is None and self.model.class_output is not None:
-            # only the targets' classes are computed (lm_models.output.ClassFactoredSoftmax)
+        if samples is None:
+            # only the targets' values: the class-factored output computes their classes, the
+            # full softmax runs by cache-sized blocks on the CPU (lm_models.output)
             logp = self.model.target_log_probs(inputs, targets, records, mask > 0)  # (N, T)
             return -logp.sum() / mask.sum()
-        if samples is None:
-            log_probs, _ = self.model(inputs, records)  # (N, T, V)
-            nll = -log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)  # (N, T)
-            return (nll * mask).sum() / mask.sum()
         assert log_expected is not None
         h = self.model.hidden(inputs, records)  # (N, T, d)
         return sampled_softmax_loss(

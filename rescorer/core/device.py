@@ -13,10 +13,15 @@ def resolve_device(device: str | torch.device | None, local_rank: int = 0) -> to
 
     ``None`` or ``"auto"``: CUDA device ``local_rank`` when CUDA is available (one device per
     process under torchrun), else the CPU. Anything else is parsed by ``torch.device``; a bad
-    name, or CUDA asked for where there is none, is a ``ValueError`` that says so.
+    name, or CUDA asked for where there is none, is a ``ValueError`` that says so. The
+    process settings recorded by :func:`rescorer.core.runtime.configure` (threads, allocator)
+    are applied on the first call.
     """
     import torch
 
+    from rescorer.core import runtime
+
+    runtime.apply_to_torch()  # the CLI's threads and allocator settings, once
     if device is None or device == "auto":
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     try:

@@ -302,12 +302,16 @@ class TorchLM(WordLM):
             self._computed += n_nodes
             par = torch.tensor(parents[depth], dtype=torch.long, device=device)
             inp = torch.tensor(inputs[depth], dtype=torch.long, device=device).unsqueeze(1)
-            # Targets of this depth sorted by node, so each chunk of nodes takes a slice.
-            r = np.asarray(rows[depth], dtype=np.int64)
-            order = np.argsort(r, kind="stable")
-            r = r[order]
-            t = np.asarray(tgts[depth], dtype=np.int64)[order]
-            p = np.asarray(pos[depth], dtype=np.int64)[order]
+            # The distinct (node, target) pairs of this depth, sorted by node so that each chunk
+            # of nodes takes a slice: an edge shared by many hypotheses is scored once.
+            # ``back[j]`` is the pair of sentence position ``p[j]``.
+            vocab = len(self.vocab_tokens)
+            pairs = np.asarray(rows[depth], dtype=np.int64) * vocab
+            pairs += np.asarray(tgts[depth], dtype=np.int64)
+            unique, back = np.unique(pairs, return_inverse=True)
+            r, t = np.divmod(unique, vocab)
+            p = np.asarray(pos[depth], dtype=np.int64)
+            values = np.empty(len(unique), dtype=np.float64)
             h_out, m_out = [], []
             for a in range(0, n_nodes, self.batch_nodes):
                 b = min(n_nodes, a + self.batch_nodes)
@@ -321,7 +325,8 @@ class TorchLM(WordLM):
                     sel_rows = torch.as_tensor(r[lo:hi] - a, device=device)
                     sel_tgts = torch.as_tensor(t[lo:hi], device=device)
                     vals = model.log_probs_at(top, sel_rows, sel_tgts, weights)
-                    flat[p[lo:hi]] = vals.double().cpu().numpy()
+                    values[lo:hi] = vals.double().cpu().numpy()
+            flat[p] = values[back]
             h_prev = torch.cat(h_out, dim=1) if len(h_out) > 1 else h_out[0]
             m_prev = torch.cat(m_out, dim=1) if len(m_out) > 1 else m_out[0]
 

@@ -186,3 +186,104 @@ def test_untied_singletons_get_rows_of_their_own_and_stay_exact() -> None:
     torch.testing.assert_close(lp.exp().sum(-1), torch.ones(N, dtype=torch.float64))
     picked = lp.gather(1, targets.unsqueeze(1)).squeeze(1)
     torch.testing.assert_close(untied.log_prob(z, targets, weight, bias), picked)
+
+
+# -- the blocked full softmax (issue 20: no (N, V) tensor per step) --------------------------
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 16 rows, so that N = 70 rows take five blocks, the last one partial."""
+    import lm_models.output as output
+
+    monkeypatch.setattr(output, "BLOCK_BYTES", 16 * V * 8)
+
+
+def _blocked_case(seed: int = 0, n: int = 70):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, IN, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(V, IN, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(V, generator=gen, dtype=torch.float64, requires_grad=True)
+    return gen, z, weight, bias
+
+
+def test_blocked_target_log_softmax_equals_the_gathered_distribution(small_blocks: None) -> None:
+    from lm_models.output import block_rows, target_log_softmax
+
+    assert block_rows(V, 8) == 16
+    gen, z, weight, bias = _blocked_case()
+    rows = torch.randint(0, 70, (150,), generator=gen)  # unsorted, repeated, some rows unused
+    targets = torch.randint(1, V, (150,), generator=gen)
+    never = torch.tensor([0])
+    with torch.no_grad():
+        got = target_log_softmax(z, weight, bias, rows, targets, never)
+    full = torch.log_softmax((z @ weight.T + bias).index_fill(1, never, -torch.inf), 1)
+    torch.testing.assert_close(got, full[rows, targets], atol=1e-12, rtol=0)
+    # a never-predicted target is impossible
+    with torch.no_grad():
+        assert target_log_softmax(z, weight, bias, rows[:1], never, never).item() == -torch.inf
+
+
+def test_blocked_target_log_softmax_gradients_equal_autograd_of_the_full_softmax(
+    small_blocks: None,
+) -> None:
+    from lm_models.output import target_log_softmax
+
+    gen, z, weight, bias = _blocked_case(seed=1)
+    targets = torch.randint(1, V, (70,), generator=gen)
+    upstream = torch.randn(70, generator=gen, dtype=torch.float64)  # any incoming gradient
+    rows = torch.arange(70)
+    got = torch.autograd.grad(
+        (target_log_softmax(z, weight, bias, rows, targets) * upstream).sum(), (z, weight, bias)
+    )
+    ref = torch.log_softmax(z @ weight.T + bias, 1)[rows, targets]
+    want = torch.autograd.grad((ref * upstream).sum(), (z, weight, bias))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
+
+
+def test_blocked_target_log_softmax_refuses_gradients_with_several_targets_per_row() -> None:
+    from lm_models.output import target_log_softmax
+
+    _, z, weight, bias = _blocked_case()
+    rows = torch.tensor([0, 0, 1])
+    with pytest.raises(ValueError, match="one target per row"):
+        target_log_softmax(z, weight, bias, rows, torch.tensor([3, 4, 5]))
+
+
+def test_full_softmax_target_path_uses_blocks_and_matches_log_probs(small_blocks: None) -> None:
+    gen, z, weight, bias = _blocked_case(seed=2)
+    layer = FullSoftmax(V, never=(0,))
+    targets = torch.randint(1, V, (70,), generator=gen)
+    got = layer.log_prob(z, targets, weight, bias)
+    assert got.grad_fn is not None and "TargetLogSoftmax" in type(got.grad_fn).__name__
+    want = layer.log_probs(z, weight, bias).gather(1, targets[:, None]).squeeze(1)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_class_factored_scoring_reuses_its_gathered_rows_only_while_weights_are_unchanged() -> None:
+    layer, weight, bias, z, targets = setup(4, shortlist=10)
+    assert not layer.grouped_is_identity
+    w, b = weight.detach().clone(), bias.detach().clone()
+    with torch.no_grad():
+        first = layer.log_prob(z, targets, w, b)
+        torch.testing.assert_close(layer.log_prob(z, targets, w, b), first, atol=0, rtol=0)
+        w.mul_(0.5)  # changed in place: the cached rows must not be used
+        again = layer.log_prob(z, targets, w, b)
+        want = layer.log_probs(z, w, b).gather(1, targets[:, None]).squeeze(1)
+        torch.testing.assert_close(again, want, atol=1e-12, rtol=0)
+        other = b + 1.0  # another bias object
+        torch.testing.assert_close(
+            layer.log_prob(z, targets, w, other),
+            layer.log_probs(z, w, other).gather(1, targets[:, None]).squeeze(1),
+            atol=1e-12,
+            rtol=0,
+        )
+    with torch.inference_mode():  # inference tensors keep no version counter
+        inf_b = b * 2.0
+        torch.testing.assert_close(
+            layer.log_prob(z, targets, w, inf_b),
+            layer.log_probs(z, w, inf_b).gather(1, targets[:, None]).squeeze(1),
+            atol=1e-12,
+            rtol=0,
+        )

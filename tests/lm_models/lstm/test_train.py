@@ -273,3 +273,36 @@ def test_best_keeper_stops_decays_and_restores() -> None:
     keeper.restore()
     assert (keeper.best_ppl, keeper.best_epoch) == (10.0, 1)
     assert torch.all(model.weight == 1.0) and not model.training
+
+
+@pytest.mark.parametrize("mode", ["unadapted", "softmax_bias"])
+def test_training_loss_and_gradients_equal_the_full_softmax_reference(mode: str) -> None:
+    """The loss takes the blocked full-softmax path on the CPU (lm_models.output); its value and
+    every parameter's gradient equal those of the materialised (N, T, V) log-softmax; a
+    per-sequence output bias (SoftmaxBias) takes the materialised path itself."""
+    from lm_models.lstm.context import ContextVariable
+    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from lm_models.lstm.train import LossModule
+
+    torch.manual_seed(0)
+    var = ContextVariable.categorical("topic", ["sport", "money"], [3, 2], embed_dim=4)
+    extra = {} if mode == "unadapted" else {"context_dim": 4, "context_vars": (var,)}
+    model = ContextLSTM(
+        LSTMConfig(vocab_size=41, embed_dim=6, hidden_dim=8, mode=mode, **extra)
+    ).double()
+    inputs = torch.randint(3, 41, (5, 9))
+    targets = torch.randint(2, 41, (5, 9))
+    mask = (torch.arange(9)[None, :] < torch.tensor([9, 4, 7, 1, 9])[:, None]).double()
+    records = None if mode == "unadapted" else [{"topic": "sport"}] * 3 + [{"topic": "money"}] * 2
+    loss = LossModule(model)(inputs, targets, mask, records)
+    got = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+    log_probs, _ = model(inputs, records)
+    nll = -log_probs.gather(2, targets.unsqueeze(2)).squeeze(2)
+    ref = (nll * mask).sum() / mask.sum()
+    want = torch.autograd.grad(ref, list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(loss, ref, atol=1e-12, rtol=0)
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None or not bool(g.abs().max() > 0)
+        else:
+            torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
