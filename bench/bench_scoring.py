@@ -217,7 +217,7 @@ def main() -> None:
         trees = {"before": export_tree(args.before, tmp), "after": REPO}
         recipe = random_recipe_lstm(nbest_dir, args.utterances, tmp)
         models = [("recipe word LSTM (conf/lstm.json shape, random weights)", recipe)]
-        models += [(str(c), c) for c in args.checkpoint]
+        models += [(str(c), c.resolve()) for c in args.checkpoint]
         lines = [
             "# Neural N-best scoring and LSTM training: before and after (issue 20)",
             "",
