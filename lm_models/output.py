@@ -74,6 +74,35 @@ def uses_blocks(z: Tensor, bias: Tensor) -> bool:
     return z.device.type == "cpu" and bias.dim() == 1 and not torch.is_autocast_enabled("cpu")
 
 
+def table_log_softmax(
+    z: Tensor,
+    weight: Tensor,
+    table: Tensor,
+    bias_of: Tensor,
+    rows: Tensor,
+    targets: Tensor,
+) -> Tensor:
+    """``log_softmax(z W^T + table[bias_of])[rows[j], targets[j]]`` without gradients.
+
+    z (N, in), a bias per row taken from ``table`` (C, V) by ``bias_of`` (N,): a scorer's rows
+    under C different contexts. Rows are taken a block at a time as in
+    :func:`target_log_softmax`; each block's biases are gathered into the reused buffer and the
+    matmul adds onto them, so no (N, V) tensor is built.
+    """
+    if table.dim() != 2 or bias_of.shape != z.shape[:1]:
+        raise ValueError(
+            f"table_log_softmax: expected a table (C, V) and bias_of (N,), got "
+            f"{tuple(table.shape)} and {tuple(bias_of.shape)} for z {tuple(z.shape)}"
+        )
+    order = torch.argsort(rows, stable=True)
+    rows_s, targets_s = rows[order], targets[order]
+    out = z.new_empty(len(rows))
+    with torch.no_grad():
+        for a, _, lo, hi, lsm in _blocks(z, weight, table, rows_s, None, bias_of):
+            out[lo:hi] = lsm[rows_s[lo:hi] - a, targets_s[lo:hi]]
+    return torch.empty_like(out).index_copy_(0, order, out)
+
+
 def target_log_softmax(
     z: Tensor,
     weight: Tensor,
@@ -118,10 +147,16 @@ def target_log_softmax(
 
 
 def _blocks(
-    z: Tensor, weight: Tensor, bias: Tensor, rows: Tensor, never: Tensor
+    z: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    rows: Tensor,
+    never: Tensor | None,
+    bias_of: Tensor | None = None,
 ) -> Iterator[tuple[int, int, int, int, Tensor]]:
     """Per block of z's rows [a, b): a, b, the slice [lo, hi) of ``rows`` in it, and the
-    block's log-softmax (a reused buffer, valid until the next block)."""
+    block's log-softmax (a reused buffer, valid until the next block). ``bias`` is (V,), or a
+    table (C, V) whose row ``bias_of[i]`` is z row i's."""
     n, vocab = z.shape[0], weight.shape[0]
     step = block_rows(vocab, z.element_size())
     logits = z.new_empty(min(step, n), vocab)
@@ -131,8 +166,12 @@ def _blocks(
     for k, a in enumerate(range(0, n, step)):
         b = min(n, a + step)
         block = logits[: b - a]
-        torch.addmm(bias, z[a:b], w_t, out=block)  # the bias inside the matmul
-        if len(never):
+        if bias_of is None:
+            torch.addmm(bias, z[a:b], w_t, out=block)  # the bias inside the matmul
+        else:  # each row's bias gathered into the buffer, the matmul added onto it
+            torch.index_select(bias, 0, bias_of[a:b], out=block)
+            block.addmm_(z[a:b], w_t)
+        if never is not None and len(never):
             block.index_fill_(1, never, -math.inf)
         # in place, by the native out= kernel (torch.log_softmax(out=) computes a fresh tensor
         # and copies it); each element is read before it is written (exactness is tested)
@@ -292,9 +331,8 @@ class ClassFactoredSoftmax(nn.Module):
         self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls))))
         self.segment_sizes = [len(seg) for seg in segments]
         self.segment_of_cluster = {k: i + 1 for i, k in enumerate(cluster_ids.tolist())}
-        # (weight, bias, their versions, their rows in segment order): see _grouped
-        self._grouped_cache: tuple[Tensor, Tensor, tuple[int, int], tuple[Tensor, Tensor]] | None
-        self._grouped_cache = None
+        # (weight, its version, its rows in segment order): see _grouped
+        self._grouped_cache: tuple[Tensor, int, Tensor] | None = None
 
     def class_log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(..., in) -> (..., C): log P(c | h). ``bias`` (V,) or per row (..., V)."""
@@ -370,25 +408,26 @@ class ClassFactoredSoftmax(nn.Module):
     def _grouped(self, weight: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
         """``weight`` (V, in) and ``bias`` (V,) | (N, V) with the words in segment order.
 
-        Without gradients (scoring) the gathered copy of a shared weight and bias is kept and
-        reused while they are unchanged (the same tensor objects, kept referenced so that their
-        memory is not reused, at the same in-place version; an inference tensor keeps no
-        version and is taken as unchanged): gathering a 50k x 384 matrix on every call cost a
-        quarter of the scorer's time.
+        In eval mode without gradients (scoring) the gathered copy of the weight is kept and
+        reused while it is unchanged: the same tensor object (kept referenced so that its memory
+        is not reused) at the same in-place version (an inference tensor keeps none), and no
+        switch to train mode since (a fused optimizer step changes weights without bumping
+        their version; :meth:`train` drops the copy). Gathering a 50k x 384 matrix on every
+        call cost a quarter of the scorer's time. The bias (V values per row) is gathered on
+        every call.
         """
-        if torch.is_grad_enabled() or bias.dim() != 1:
-            return weight.index_select(0, self.grouped), bias.index_select(-1, self.grouped)
-        versions = (_version(weight), _version(bias))
+        grouped_bias = bias.index_select(-1, self.grouped)  # V values per row: cheap
+        if torch.is_grad_enabled() or self.training:
+            return weight.index_select(0, self.grouped), grouped_bias
         cached = self._grouped_cache
-        if (
-            cached is None
-            or cached[0] is not weight
-            or cached[1] is not bias
-            or cached[2] != versions
-        ):
-            grouped = (weight.index_select(0, self.grouped), bias.index_select(0, self.grouped))
-            cached = self._grouped_cache = (weight, bias, versions, grouped)
-        return cached[3]
+        if cached is None or cached[0] is not weight or cached[1] != _version(weight):
+            grouped = weight.index_select(0, self.grouped)
+            cached = self._grouped_cache = (weight, _version(weight), grouped)
+        return cached[2], grouped_bias
+
+    def train(self, mode: bool = True) -> ClassFactoredSoftmax:
+        self._grouped_cache = None  # weights may change in training without a version bump
+        return super().train(mode)
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, num_classes={self.num_classes}"

@@ -53,7 +53,12 @@ from torch.nn import functional as F
 
 from lm_models.checkpoint import register_model_type
 from lm_models.lstm.context import ContextEncoder, ContextVariable
-from lm_models.output import ClassFactoredSoftmax, target_log_softmax, uses_blocks
+from lm_models.output import (
+    ClassFactoredSoftmax,
+    table_log_softmax,
+    target_log_softmax,
+    uses_blocks,
+)
 from lm_models.vocab import BOS_ID
 
 logger = logging.getLogger(__name__)
@@ -179,6 +184,22 @@ class AdaptedWeights:
     context: Tensor | None  # c: (1, k) | (N, k), None for an unadapted model
     rows: int | None
 
+    def take(self, index: Tensor) -> AdaptedWeights:
+        """The layers' weights of sequences ``index`` (M,) (rows of these N); shared ones stay
+        shared. The output bias and c are kept whole: the scorer indexes them itself."""
+        if self.rows is None:
+            return self
+        layers = tuple(
+            (
+                weight.take(index)
+                if isinstance(weight, LowRankWeight)
+                else (weight[index] if weight.dim() == 3 else weight),
+                bias[index] if bias.dim() == 2 else bias,
+            )
+            for weight, bias in self.layers
+        )
+        return AdaptedWeights(layers, self.output_bias, self.context, len(index))
+
 
 @dataclass(frozen=True)
 class LowRankWeight:
@@ -207,6 +228,10 @@ class LowRankWeight:
 
     def materialize(self) -> Tensor:
         return self.W + torch.bmm(self.left, self.right).transpose(1, 2)  # (N, 3d, a)
+
+    def take(self, index: Tensor) -> LowRankWeight:
+        """The weights of sequences ``index`` (M,): (M, 3d, a), W still shared."""
+        return LowRankWeight(self.W, self.left[index], self.right[index])
 
 
 def _times(x: Tensor, weight: Tensor | LowRankWeight) -> Tensor:
@@ -590,24 +615,49 @@ class ContextLSTM(nn.Module):
         out[rows] = picked
         return out
 
-    def step(self, tokens: Tensor, state: State, adapted: AdaptedWeights) -> tuple[Tensor, State]:
-        """The scorers' step: tokens (N, 1) -> top-layer outputs h (N, d) and the new state."""
+    def step(
+        self,
+        tokens: Tensor,
+        state: State,
+        adapted: AdaptedWeights,
+        contexts: Tensor | None = None,
+    ) -> tuple[Tensor, State]:
+        """The scorers' step: tokens (N, 1) -> top-layer outputs h (N, d) and the new state.
+
+        ``adapted`` holds shared weights, or with ``contexts`` (N,) the weights of C contexts
+        (``adapt`` of C records) of which row i takes number ``contexts[i]``: one batch of
+        prefix-tree nodes under many contexts (the FactorCell's A stays factored).
+        """
+        if contexts is not None:
+            adapted = adapted.take(contexts)
         h, state, _ = self._run(tokens, None, state, adapted)
         return h[:, -1], state
 
     def log_probs_at(
-        self, h: Tensor, rows: Tensor, targets: Tensor, adapted: AdaptedWeights
+        self,
+        h: Tensor,
+        rows: Tensor,
+        targets: Tensor,
+        adapted: AdaptedWeights,
+        contexts: Tensor | None = None,
     ) -> Tensor:
         """ln P(targets[j] | h[rows[j]]): h (N, d), rows and targets (M,) -> (M,).
 
-        ``adapted`` holds weights shared by every row (one context). With the class-factored
-        output only the targets' classes are computed (the class softmax and one class's words
-        per target instead of all V words: the scorer's cost at large V); with the full softmax
-        each row's distribution is computed once however many targets it scores.
+        ``adapted`` holds weights shared by every row (one context), or with ``contexts`` (N,)
+        those of C contexts, row i under context ``contexts[i]`` (as in :meth:`step`). With the
+        class-factored output only the targets' classes are computed (the class softmax and one
+        class's words per target instead of all V words: the scorer's cost at large V); with
+        the full softmax each row's distribution is computed once however many targets it
+        scores.
         """
         bias = adapted.output_bias
         if bias.dim() != 1:
-            raise ValueError("log_probs_at: expected weights shared by every row (one context)")
+            if contexts is None or bias.shape[0] != adapted.rows:
+                raise ValueError(
+                    "log_probs_at: expected weights shared by every row (one context), or "
+                    "contexts (N,) naming rows of weights adapted to several"
+                )
+            return self._log_probs_by_context(h, rows, targets, bias, contexts)
         projected = self.L(h) if self.L is not None else h  # (N, e)
         if self.class_output is None:
             if uses_blocks(h, bias):  # each row's distribution once, in cache-sized blocks
@@ -615,6 +665,26 @@ class ContextLSTM(nn.Module):
             log_probs = F.log_softmax(self._logits(h, bias), dim=-1)  # (N, V)
             return log_probs[rows, targets]
         return self.class_output.log_prob(projected[rows], targets, self._output_embedding(), bias)
+
+    def _log_probs_by_context(
+        self, h: Tensor, rows: Tensor, targets: Tensor, table: Tensor, contexts: Tensor
+    ) -> Tensor:
+        """:meth:`log_probs_at` with an output bias per context: ``table`` (C, V)."""
+        projected = self.L(h) if self.L is not None else h  # (N, e)
+        weight = self._output_embedding()
+        if self.class_output is None:
+            if projected.device.type == "cpu":  # blocks, the biases gathered into the buffer
+                return table_log_softmax(projected, weight, table, contexts, rows, targets)
+            log_probs = F.log_softmax(F.linear(projected, weight) + table[contexts], dim=-1)
+            return log_probs[rows, targets]
+        out = projected.new_empty(len(rows))
+        of_target = contexts[rows]  # (M,) the context of each target's row
+        for c in torch.unique(of_target).tolist():  # the class output per context present
+            sel = torch.nonzero(of_target == c).squeeze(1)
+            out[sel] = self.class_output.log_prob(
+                projected[rows[sel]], targets[sel], weight, table[c]
+            )
+        return out
 
     def hidden(
         self, tokens: Tensor, context: ContextLike = None, state: State | None = None

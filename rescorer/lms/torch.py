@@ -14,13 +14,21 @@ How a batch of sentences is scored (the N-best lists of many utterances at once)
    b_out + Q c + one-hot biases -- exactly what ``ContextLSTM.lock`` folds into a plain model,
    without copying the embeddings), so the per-token cost is that of an unadapted LSTM. The
    weights are cached per context (least recently used ones are dropped beyond ``max_contexts``).
+   A group of at least ``batch_nodes`` sentences is scored this way on its own.
 2. Within a group the sentences are inserted into a prefix tree (trie): one node per distinct
    prefix ``<s> w1 .. wk``. The tree is run breadth-first, one depth at a time: all nodes of one
    depth (across sentences and utterances) go through one length-1 ``forward`` call, their
    parents' states gathered from the previous depth's output. A node's output distribution scores
    its children's words and, for sentences that end there, ``</s>``. So the shared prefixes of
-   N-best hypotheses are computed once. :attr:`TorchLM.stats` counts the LSTM steps computed
-   against the steps of a per-sentence run (``len(words) + 1`` each).
+   N-best hypotheses are computed once, and each distinct (prefix, next word) pair is scored
+   once. :attr:`TorchLM.stats` counts the LSTM steps computed against the steps of a
+   per-sentence run (``len(words) + 1`` each).
+3. Groups too small to fill a batch (many contexts, e.g. a context per utterance built from the
+   previous utterances) are run together as a forest: their trees go through the same
+   depth-by-depth calls, each node under its own context's weights (``ContextLSTM.adapt`` of up
+   to ``max_contexts`` records at once, the FactorCell's A kept factored; output biases taken
+   per row inside the blocked output layer). So scoring stays batched and prefix-shared when
+   every utterance has a different context.
 
 Context records are mappings of field -> value (``{"genre": "news"}``) or None, normalised by
 :class:`rescorer.core.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
@@ -105,7 +113,8 @@ class TorchLM(WordLM):
     ``path`` is a checkpoint folder; ``device`` None or ``auto`` picks CUDA when available;
     ``case`` maps words into the vocabulary (``auto`` decides from the first sentences scored);
     ``batch_nodes`` caps the prefix-tree nodes in one forward call (memory is about
-    ``batch_nodes * vocab_size`` floats); ``max_contexts`` caps the cached adapted weights.
+    ``batch_nodes * vocab_size`` floats); ``max_contexts`` caps the cached adapted weights and
+    the contexts batched together in one forest.
     """
 
     units = "word"
@@ -228,8 +237,8 @@ class TorchLM(WordLM):
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
         with torch.inference_mode():
-            for key, members in groups.items():
-                self._score_group(self._adapted(key), ids, members, offsets, flat)
+            for forest in self._forests(groups):
+                self._score_forest(forest, ids, offsets, flat)
         self._sentences += len(ids)
         self._naive += int(offsets[-1])
         return [_word_sums(flat[offsets[i] : offsets[i + 1]], spans[i]) for i in range(len(ids))]
@@ -243,69 +252,102 @@ class TorchLM(WordLM):
             [lp.sum() for lp in self.token_logprobs(sentences, contexts)], dtype=np.float64
         )
 
-    def _score_group(
+    def _forests(
+        self, groups: dict[ContextKey, list[int]]
+    ) -> list[list[tuple[ContextKey, list[int]]]]:
+        """Context groups packed into forests, each scored in one depth-by-depth run.
+
+        A group of at least ``batch_nodes`` sentences fills batches by itself and gets a forest
+        of its own, scored with its context folded into shared weights (a plain LSTM's cost per
+        step). Smaller groups -- many contexts with a few sentences each, e.g. every utterance
+        with its own previous-utterance context -- are packed up to ``max_contexts`` per forest
+        and batched together, each prefix-tree node under its own context's weights.
+        """
+        forests: list[list[tuple[ContextKey, list[int]]]] = []
+        small: list[tuple[ContextKey, list[int]]] = []
+        for key, members in groups.items():
+            if len(members) >= self.batch_nodes or not self._model.adaptive:
+                forests.append([(key, members)])
+            else:
+                small.append((key, members))
+        for a in range(0, len(small), self.max_contexts):
+            forests.append(small[a : a + self.max_contexts])
+        return forests
+
+    def _forest_weights(self, keys: Sequence[ContextKey]) -> AdaptedWeights:
+        """One context: its cached shared weights; several: ``adapt`` of all, one row each."""
+        if len(keys) == 1:
+            return self._adapted(keys[0])
+        return self._model.adapt([dict(key) for key in keys])
+
+    def _score_forest(
         self,
-        weights: AdaptedWeights,
+        forest: Sequence[tuple[ContextKey, Sequence[int]]],
         ids: Sequence[Sequence[int]],
-        members: Sequence[int],
         offsets: np.ndarray,
         flat: np.ndarray,
     ) -> None:
-        """Score the sentences ``members`` of ``ids`` under one context, writing into ``flat``.
+        """Score the sentences of ``forest`` (context groups) of ``ids``, writing into ``flat``.
 
-        Depth ``k`` of the tree holds the distinct prefixes of ``k`` words. ``parents[k][j]`` is
-        the index (in depth ``k - 1``) of node ``j``'s parent and ``inputs[k][j]`` its last word
-        (``<s>`` for the root). ``targets[k]`` lists ``(node, target id, flat position)`` for
-        every sentence position scored by a node of depth ``k``.
+        Each context has its own prefix tree; the trees run together, one depth at a time.
+        Depth ``k`` holds the distinct prefixes of ``k`` units; depth 0 is one root (``<s>``)
+        per context. ``parents[k][j]`` is the index (in depth ``k - 1``) of node ``j``'s parent,
+        ``inputs[k][j]`` its last unit and ``ctx[k][j]`` its context's number in the forest.
+        ``rows``/``tgts``/``pos`` list, per depth, the node, target id and flat position of
+        every sentence position scored there.
         """
-        parents: list[list[int]] = [[0]]
-        inputs: list[list[int]] = [[BOS_ID]]
+        n_ctx = len(forest)
+        parents: list[list[int]] = [[0] * n_ctx]  # every root reads the zero state
+        inputs: list[list[int]] = [[BOS_ID] * n_ctx]
+        ctx: list[list[int]] = [list(range(n_ctx))]
         children: list[dict[tuple[int, int], int]] = [{}]
         rows: list[list[int]] = [[]]
         tgts: list[list[int]] = [[]]
         pos: list[list[int]] = [[]]
-        for s in members:
-            words = ids[s]
-            base = int(offsets[s])
-            node = 0
-            for depth, tok in enumerate(words):
-                rows[depth].append(node)
-                tgts[depth].append(tok)
-                pos[depth].append(base + depth)
-                nxt_depth = depth + 1
-                if nxt_depth == len(parents):
-                    parents.append([])
-                    inputs.append([])
-                    children.append({})
-                    rows.append([])
-                    tgts.append([])
-                    pos.append([])
-                level = children[nxt_depth]
-                child = level.get((node, tok))
-                if child is None:
-                    child = len(parents[nxt_depth])
-                    level[(node, tok)] = child
-                    parents[nxt_depth].append(node)
-                    inputs[nxt_depth].append(tok)
-                node = child
-            rows[len(words)].append(node)
-            tgts[len(words)].append(EOS_ID)
-            pos[len(words)].append(base + len(words))
+        for root, (_, members) in enumerate(forest):
+            for s in members:
+                words = ids[s]
+                base = int(offsets[s])
+                node = root
+                for depth, tok in enumerate(words):
+                    rows[depth].append(node)
+                    tgts[depth].append(tok)
+                    pos[depth].append(base + depth)
+                    nxt_depth = depth + 1
+                    if nxt_depth == len(parents):
+                        for table in (parents, inputs, ctx, rows, tgts, pos):
+                            table.append([])
+                        children.append({})
+                    level = children[nxt_depth]
+                    child = level.get((node, tok))
+                    if child is None:
+                        child = len(parents[nxt_depth])
+                        level[(node, tok)] = child
+                        parents[nxt_depth].append(node)
+                        inputs[nxt_depth].append(tok)
+                        ctx[nxt_depth].append(root)
+                    node = child
+                rows[len(words)].append(node)
+                tgts[len(words)].append(EOS_ID)
+                pos[len(words)].append(base + len(words))
 
         model, device = self._model, self.device
+        weights = self._forest_weights([key for key, _ in forest])
+        several = weights.rows is not None  # a row of weights per context
         layers, hidden = model.config.num_layers, model.config.hidden_dim
         dtype = model.b_out.dtype
         h_prev = torch.zeros(layers, 1, hidden, dtype=dtype, device=device)
         m_prev = torch.zeros_like(h_prev)
+        vocab = len(self.vocab_tokens)
         for depth in range(len(parents)):
             n_nodes = len(parents[depth])
             self._computed += n_nodes
             par = torch.tensor(parents[depth], dtype=torch.long, device=device)
             inp = torch.tensor(inputs[depth], dtype=torch.long, device=device).unsqueeze(1)
+            of = torch.tensor(ctx[depth], dtype=torch.long, device=device) if several else None
             # The distinct (node, target) pairs of this depth, sorted by node so that each chunk
             # of nodes takes a slice: an edge shared by many hypotheses is scored once.
             # ``back[j]`` is the pair of sentence position ``p[j]``.
-            vocab = len(self.vocab_tokens)
             pairs = np.asarray(rows[depth], dtype=np.int64) * vocab
             pairs += np.asarray(tgts[depth], dtype=np.int64)
             unique, back = np.unique(pairs, return_inverse=True)
@@ -317,14 +359,15 @@ class TorchLM(WordLM):
                 b = min(n_nodes, a + self.batch_nodes)
                 idx = par[a:b]
                 state = (h_prev[:, idx], m_prev[:, idx])
-                top, (h, m) = model.step(inp[a:b], state, weights)  # (n, d)
+                chunk_ctx = of[a:b] if of is not None else None
+                top, (h, m) = model.step(inp[a:b], state, weights, chunk_ctx)  # (n, d)
                 h_out.append(h)
                 m_out.append(m)
                 lo, hi = np.searchsorted(r, [a, b])
                 if hi > lo:
                     sel_rows = torch.as_tensor(r[lo:hi] - a, device=device)
                     sel_tgts = torch.as_tensor(t[lo:hi], device=device)
-                    vals = model.log_probs_at(top, sel_rows, sel_tgts, weights)
+                    vals = model.log_probs_at(top, sel_rows, sel_tgts, weights, chunk_ctx)
                     values[lo:hi] = vals.double().cpu().numpy()
             flat[p] = values[back]
             h_prev = torch.cat(h_out, dim=1) if len(h_out) > 1 else h_out[0]

@@ -263,11 +263,25 @@ def test_full_softmax_target_path_uses_blocks_and_matches_log_probs(small_blocks
 
 def test_class_factored_scoring_reuses_its_gathered_rows_only_while_weights_are_unchanged() -> None:
     layer, weight, bias, z, targets = setup(4, shortlist=10)
+    layer.eval()
     assert not layer.grouped_is_identity
     w, b = weight.detach().clone(), bias.detach().clone()
     with torch.no_grad():
         first = layer.log_prob(z, targets, w, b)
+        assert layer._grouped_cache is not None and layer._grouped_cache[0] is w
         torch.testing.assert_close(layer.log_prob(z, targets, w, b), first, atol=0, rtol=0)
+        # a change that bumps no version (as a fused optimizer step): train mode drops the copy
+        w.data.mul_(2.0)
+        layer.train()
+        assert layer._grouped_cache is None
+        layer.eval()
+        torch.testing.assert_close(
+            layer.log_prob(z, targets, w, b),
+            layer.log_probs(z, w, b).gather(1, targets[:, None]).squeeze(1),
+            atol=1e-12,
+            rtol=0,
+        )
+        w.data.mul_(0.5)
         w.mul_(0.5)  # changed in place: the cached rows must not be used
         again = layer.log_prob(z, targets, w, b)
         want = layer.log_probs(z, w, b).gather(1, targets[:, None]).squeeze(1)

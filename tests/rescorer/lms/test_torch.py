@@ -172,6 +172,64 @@ def test_small_forward_batches_give_the_same_scores(ckpt: Path, lm: TorchLM) -> 
         np.testing.assert_allclose(a, b, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize(
+    ("mode", "classes"),
+    [("factor", False), ("concat", False), ("softmax_bias", False), ("softmax_bias", True)],
+)
+def test_a_context_per_utterance_is_scored_as_a_batched_forest(
+    tmp_path: Path, mode: str, classes: bool
+) -> None:
+    """Every utterance under its own context (a numerical vector, as a previous-utterance
+    embedding): small groups are batched together, each node under its own context's weights
+    and output bias; the scores equal a sentence-by-sentence run with each record."""
+    from dataclasses import replace
+
+    vec = ContextVariable.numerical("prev", dim=3)
+    torch.manual_seed(3)
+    model = ContextLSTM(
+        LSTMConfig(
+            vocab_size=len(VOCAB),
+            embed_dim=6,
+            hidden_dim=8,
+            num_layers=2,
+            mode=mode,
+            context_dim=4,
+            context_vars=(vec, GENRE),
+            rank=2 if mode == "factor" else 0,
+        )
+    )
+    if classes:  # the class-factored output: its bias per context is a row of the table
+        model = ContextLSTM(
+            replace(model.config, word_classes=[0, 0, 1] + [2 + i % 3 for i in range(12)])
+        )
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
+    path = save_checkpoint(tmp_path / mode, model.eval(), VOCAB)
+    rng = random.Random(4)
+    sentences, _ = nbest_like(rng, n_utts=9, n_hyps=5, length=8)
+    contexts: list[dict | None] = []
+    for u in range(9):
+        record = {
+            "prev": [rng.uniform(-2, 2) for _ in range(3)],
+            "genre": rng.choice(["news", "sport"]),
+        }
+        contexts += [record] * 5
+    contexts[-5:] = [None] * 5  # an utterance without context: the expected embedding
+    # batch_nodes=20: a group of 5 sentences is small (a forest), except when max_contexts=1
+    for max_contexts in (4, 256, 1):
+        lm = TorchLM(path, device="cpu", batch_nodes=20, max_contexts=max_contexts)
+        got = lm.token_logprobs(sentences, contexts)
+        for words, ctx, lp in zip(sentences, contexts, got, strict=True):
+            np.testing.assert_allclose(lp, naive_logprobs(lm.model, words, ctx), atol=1e-5, rtol=0)
+        assert len(lm._forests({(i,): [i] for i in range(9)})) == -(-9 // max_contexts)  # type: ignore[arg-type]
+    # the contexts differ enough to matter: a forest mixing them up could not pass
+    first = lm.sentence_logprobs([sentences[0]], [contexts[0]])
+    other = lm.sentence_logprobs([sentences[0]], [contexts[5]])
+    assert abs(first[0] - other[0]) > 1e-3
+
+
 def test_empty_sentence_scores_just_the_end(lm: TorchLM) -> None:
     (lp,) = lm.token_logprobs([[]], [{"genre": "news"}])
     assert lp.shape == (1,)
