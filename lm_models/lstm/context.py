@@ -6,7 +6,9 @@ value names) and numerical ones (a fixed number of floats). :class:`ContextEncod
 of such records into the context embedding ``c in R^k``:
 
     x = [emb_1(f_1), ..., emb_n(f_n)]      categorical values embedded, numerical used as given
-    c = ReLU(P x + p)                      one feed-forward layer with a ReLU (section 2.1)
+    c = ReLU(P x + p)                      one feed-forward layer with a ReLU (section 2.1;
+                                           ``activation="none"``: c = P x + p, as the
+                                           authors' code for a single variable)
 
 Missing values (the paper's conclusion: "use the expected value for the missing variable(s)"):
 
@@ -282,8 +284,13 @@ class ContextEncoder(nn.Module):
     widths).
     """
 
-    def __init__(self, variables: Sequence[ContextVariable], context_dim: int) -> None:
+    def __init__(
+        self, variables: Sequence[ContextVariable], context_dim: int, activation: str = "relu"
+    ) -> None:
         super().__init__()
+        if activation not in ("relu", "none"):
+            raise ValueError(f"context activation must be 'relu' or 'none', got {activation!r}")
+        self.activation = activation
         if not variables:
             raise ValueError("a context encoder needs at least one context variable")
         names = [v.name for v in variables]
@@ -362,7 +369,7 @@ class ContextEncoder(nn.Module):
                 mean = getattr(self, f"_mean_{var.name}").to(dtype)  # (dim,)
                 blocks.append(torch.where(torch.isnan(x), mean.expand_as(x), x))
         pre = self.proj(torch.cat(blocks, dim=1))  # (N, k), missing categorical blocks = 0
-        c = F.relu(pre)
+        c = self._act(pre)
         if not missing:
             return c
         miss = torch.stack(missing, dim=1)  # (N, n_cat)
@@ -378,8 +385,12 @@ class ContextEncoder(nn.Module):
             c = c.index_copy(0, rows, self._expected(pre.index_select(0, rows), absent))
         return c
 
+    def _act(self, pre: Tensor) -> Tensor:
+        """The embedding's nonlinearity: ReLU (section 2.1) or none."""
+        return F.relu(pre) if self.activation == "relu" else pre
+
     def _expected(self, pre: Tensor, absent: Sequence[ContextVariable]) -> Tensor:
-        """E[ReLU(pre + sum_j P_j emb_j(v_j))] over the absent variables' training values.
+        """E[act(pre + sum_j P_j emb_j(v_j))] over the absent variables' training values.
 
         pre: (R, k) pre-activation without the absent blocks; returns (R, k).
         """
@@ -411,7 +422,7 @@ class ContextEncoder(nn.Module):
                 rest = rest // size
                 z = z + contrib[idx]
                 w = w * prob[idx]
-            act = F.relu(pre.unsqueeze(1) + z.unsqueeze(0))  # (R, C, k)
+            act = self._act(pre.unsqueeze(1) + z.unsqueeze(0))  # (R, C, k)
             out = out + torch.einsum("c,rck->rk", w, act)
         return out
 

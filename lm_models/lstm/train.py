@@ -49,6 +49,7 @@ from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.training import (
     BestKeeper,
+    DevResult,
     EpochRecord,
     FitOptions,
     SectionedConfig,
@@ -128,6 +129,8 @@ class ModelOptions:
     # softmax layout; much cheaper in training at large V, see bench/results/output.md).
     num_classes: int = 0
     shortlist: int = 0
+    # Nonlinearity of the context embedding: "relu" (the paper, section 2.1) or "none".
+    context_activation: str = "relu"
 
     def __post_init__(self) -> None:
         for name in ("num_classes", "shortlist"):
@@ -159,12 +162,18 @@ class TrainOptions:
     # Negative samples per batch for the sampled softmax; 0: full softmax.
     sampled_softmax: int = 0
     grad_clip: float = 5.0
+    # Learning rate of the FactorCell's Z_L and Z_R as a fraction of lr. A = (c x1 Z_L)(Z_R x3 c)
+    # is a product of four trained factors: at the full rate ||A||/||W|| grew to 16-31 on AG
+    # News (adaptation swamping W); at 0.1 it stayed at 0.5-1.5 and FactorCell beat ConcatCell.
+    adapt_lr_scale: float = 0.1
     # Stop an epoch after this many optimizer steps (None: the whole epoch); for smoke tests.
     max_steps_per_epoch: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
+        if not 0.0 < self.adapt_lr_scale <= 1.0:
+            raise ValueError(f"adapt_lr_scale must be in (0, 1], got {self.adapt_lr_scale!r}")
 
 
 @dataclass(frozen=True)
@@ -317,7 +326,33 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
         dropout=m.dropout,
         io_dropout=m.io_dropout,
         word_classes=tuple(word_classes_of(data.vocab, m.num_classes, m.shortlist)),
+        context_activation=m.context_activation,
     )
+
+
+def parameter_groups(model: ContextLSTM, opts: TrainOptions) -> list[dict[str, Any]]:
+    """Adam's parameter groups: everything at ``lr``, the FactorCell's Z_L/Z_R at
+    ``lr * adapt_lr_scale`` (one group when there are none, as before)."""
+    adapt = model.adaptation_parameters()
+    if not adapt:
+        return [{"params": list(model.parameters())}]
+    ids = {id(p) for p in adapt}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return [{"params": rest}, {"params": adapt, "lr": opts.lr * opts.adapt_lr_scale}]
+
+
+def distinct_records(
+    examples: Sequence[Example], limit: int = 256
+) -> list[Mapping[str, Any] | None]:
+    """Up to ``limit`` distinct context records of ``examples`` (first seen first)."""
+    seen: dict[str, Mapping[str, Any] | None] = {}
+    for example in examples:
+        key = json.dumps(example.record, sort_keys=True, default=str)
+        if key not in seen:
+            seen[key] = example.record
+            if len(seen) >= limit:
+                break
+    return list(seen.values())
 
 
 def word_classes_of(vocab: Vocabulary, num_classes: int, shortlist: int = 0) -> list[int]:
@@ -436,6 +471,8 @@ class EpochLog:
     tokens: int
     seconds: float
     tokens_per_second: float
+    # Further values of the epoch, e.g. the FactorCell's "adapt_ratio" (||A||/||W||).
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -476,8 +513,10 @@ def train(
     model = ContextLSTM(model_config(cfg, data)).to(device)
     # The fused update: one kernel over all parameters (8% of a CPU step at V = 50k).
     optimizer = torch.optim.Adam(
-        model.parameters(), lr=opts.lr, fused=device.type in ("cpu", "cuda")
+        parameter_groups(model, opts), lr=opts.lr, fused=device.type in ("cpu", "cuda")
     )
+    # Distinct contexts of the training data for the per-epoch ||A||/||W|| (FactorCell only).
+    ratio_records = distinct_records(data.train) if model.config.mode == "factor" else []
     loss_module: nn.Module = LossModule(model)
     if world > 1:
         loss_module = DistributedDataParallel(
@@ -530,11 +569,13 @@ def train(
             )
         return Step(loss, loss.detach(), 1, batch.num_tokens)
 
-    def evaluate_dev() -> float:
+    def evaluate_dev() -> DevResult:
         total, dev_tokens = evaluate(model, data.dev, device, opts.batch_tokens, pad_id)
         if world > 1:  # every rank evaluates the whole dev set: keep them in step
             dist.barrier()
-        return math.exp(-total / max(dev_tokens, 1))
+        ratio = model.adaptation_ratio(ratio_records)
+        extra = {} if ratio is None else {"adapt_ratio": ratio}
+        return DevResult(math.exp(-total / max(dev_tokens, 1)), extra)
 
     def end_epoch(record: EpochRecord, keeper: BestKeeper) -> None:
         tokens = record.tokens * world
@@ -545,6 +586,7 @@ def train(
             tokens,
             record.seconds,
             tokens / max(record.seconds, 1e-9),
+            dict(record.extra),
         )
         state["log"].append(asdict(log))
         state.update(

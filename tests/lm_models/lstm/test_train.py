@@ -306,3 +306,126 @@ def test_training_loss_and_gradients_equal_the_full_softmax_reference(mode: str)
             assert g is None or not bool(g.abs().max() > 0)
         else:
             torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
+
+
+# -- FactorCell training (issue 17) ---------------------------------------------------------
+
+
+def write_transition_corpus(path: Path, n_docs: int = 60, seed: int = 0) -> Path:
+    """Text whose next word depends on the previous word *and* the topic jointly: a cycle over
+    8 words walked forward under one topic and backward under the other (with 10% noise). The
+    topic changes which word follows which -- a context-dependent transition, the case a
+    multiplicative adaptation of the recurrent weights (FactorCell) is for; an additive bias
+    on the gates (ConcatCell) must build the interaction from its few hidden units."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(8)]
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n_docs):
+            topic = "fwd" if i % 2 == 0 else "back"
+            step = 1 if topic == "fwd" else -1
+            sentences = []
+            for _ in range(6):
+                k = rng.randrange(8)
+                sent = []
+                for _ in range(rng.randint(6, 10)):
+                    sent.append(words[k])
+                    k = (k + step) % 8 if rng.random() < 0.9 else rng.randrange(8)
+                sentences.append(" ".join(sent))
+            f.write(
+                json.dumps({"id": f"d{i}", "text": sentences, "fields": {"topic": topic}}) + "\n"
+            )
+    return path
+
+
+def test_factor_cell_beats_concat_cell_on_context_dependent_transitions(tmp_path: Path) -> None:
+    corpus = write_transition_corpus(tmp_path / "t.jsonl")
+    small = {"embed_dim": 6, "hidden_dim": 6, "context_dim": 2, "one_hot_bias": False}
+    runs = {}
+    for mode in ("factor", "concat"):
+        cfg = config(corpus, mode, epochs=8, model={**small, "rank": 2 if mode == "factor" else 0})
+        runs[mode] = train(cfg, tmp_path, tmp_path / mode, progress=False).best_dev_ppl
+    # 11 types; knowing the direction the walk is ~1.6 words wide, not knowing it ~3
+    assert runs["factor"] < runs["concat"] - 0.3, runs
+
+
+def test_adaptation_stays_bounded_with_the_default_learning_rate_scale(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    result = train(config(corpus, "factor", epochs=4), tmp_path, tmp_path / "f", progress=False)
+    ratios = [e.extra["adapt_ratio"] for e in result.epochs]
+    assert len(ratios) == 4 and all(0.0 < r < 1.5 for r in ratios), ratios
+    fast = train(
+        config(corpus, "factor", epochs=4, adapt_lr_scale=1.0),
+        tmp_path,
+        tmp_path / "fast",
+        progress=False,
+    )
+    # at W's own rate the four-factor product grows faster than W
+    assert fast.epochs[-1].extra["adapt_ratio"] > 2 * ratios[-1]
+    concat = train(config(corpus, "concat", epochs=1), tmp_path, tmp_path / "c", progress=False)
+    assert concat.epochs[0].extra == {}  # no FactorCell, no ratio
+
+
+def test_adaptation_tensors_get_their_own_learning_rate() -> None:
+    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from lm_models.lstm.train import TrainOptions, parameter_groups
+
+    var = ContextVariable_topic()
+    model = ContextLSTM(
+        LSTMConfig(
+            vocab_size=20,
+            embed_dim=4,
+            hidden_dim=5,
+            num_layers=2,
+            mode="factor",
+            context_dim=3,
+            rank=2,
+            context_vars=(var,),
+        )
+    )
+    groups = parameter_groups(model, TrainOptions(lr=0.01, adapt_lr_scale=0.1))
+    assert len(groups) == 2 and groups[1]["lr"] == pytest.approx(0.001)
+    assert {id(p) for p in groups[1]["params"]} == {
+        id(p) for n, p in model.named_parameters() if n.endswith(("Z_L", "Z_R"))
+    }
+    assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(model.parameters()))
+    with pytest.raises(ValueError, match="adapt_lr_scale"):
+        TrainOptions(adapt_lr_scale=0.0)
+
+
+def ContextVariable_topic():  # noqa: N802 - a small factory for the tests above
+    from lm_models.lstm.context import ContextVariable
+
+    return ContextVariable.categorical("topic", ["a", "b"], [1, 1], embed_dim=2)
+
+
+def test_context_activation_none_keeps_negative_components() -> None:
+    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+
+    var = ContextVariable_topic()
+    cfgs = {
+        act: LSTMConfig(
+            vocab_size=20,
+            embed_dim=4,
+            hidden_dim=5,
+            mode="concat",
+            context_dim=6,
+            context_vars=(var,),
+            context_activation=act,
+        )
+        for act in ("relu", "none")
+    }
+    torch.manual_seed(0)
+    relu = ContextLSTM(cfgs["relu"])
+    plain = ContextLSTM(cfgs["none"])
+    plain.load_state_dict(relu.state_dict())
+    records = [{"topic": "a"}, {"topic": "b"}, None]
+    batch = relu.context_encoder.encode_records(records)
+    c_relu = relu.context_encoder(batch, 3)
+    c_none = plain.context_encoder(batch, 3)
+    torch.testing.assert_close(c_relu[:2], c_none[:2].clamp(min=0))
+    assert bool((c_none < 0).any())
+    # a missing value: the expectation over the values, of c itself
+    torch.testing.assert_close(c_none[2], 0.5 * (c_none[0] + c_none[1]))
+    assert LSTMConfig.from_json(cfgs["none"].to_json()) == cfgs["none"]
+    with pytest.raises(ValueError, match="context_activation"):
+        LSTMConfig(vocab_size=5, context_activation="tanh")

@@ -210,7 +210,7 @@ def test_a_context_per_utterance_is_scored_as_a_batched_forest(
     rng = random.Random(4)
     sentences, _ = nbest_like(rng, n_utts=9, n_hyps=5, length=8)
     contexts: list[dict | None] = []
-    for u in range(9):
+    for _ in range(9):
         record = {
             "prev": [rng.uniform(-2, 2) for _ in range(3)],
             "genre": rng.choice(["news", "sport"]),
