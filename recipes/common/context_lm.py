@@ -176,15 +176,23 @@ def write_results(
         "",
         "## Runs",
         "",
-        "| model | seed | best dev ppl (epoch) | test ppl | train tokens/s | train wall s |",
-        "|---|---|---|---|---|---|",
+        "| model | seed | best dev ppl (epoch) | test ppl | train tokens/s | train wall s | "
+        "||A||/||W||, last epoch |",
+        "|---|---|---|---|---|---|---|",
     ]
+    curves = {}
     for info, ev in rows:
+        log_rows = epoch_log(recipe, info)
+        curves[f"{LABELS[info['mode']]} {info['seed']}"] = [e["dev_ppl"] for e in log_rows]
+        ratio = (log_rows[-1].get("extra") or {}).get("adapt_ratio") if log_rows else None
         lines.append(
             f"| {LABELS[info['mode']]} | {info['seed']} | {info['best_dev_ppl']:.2f} "
             f"({info['best_epoch']}/{info['epochs']}) | {ev['test_ppl']:.2f} | "
-            f"{info['train_tokens_per_s']:,.0f} | {info['wall_s']:.0f} |"
+            f"{info['train_tokens_per_s']:,.0f} | {info['wall_s']:.0f} | "
+            f"{'—' if ratio is None else f'{ratio:.2f}'} |"
         )
+    png = plot_curves(curves, recipe / "training_curves.png", spec["title"].split(",")[0])
+    lines += ["", f"![dev perplexity per epoch, every run]({png.name})"]
     best_factor = [ev for info, ev in rows if info["mode"] == "factor" and "confusion_docs" in ev]
     if best_factor:
         lines += [
@@ -200,6 +208,39 @@ def write_results(
     with atomic_write(recipe / "RESULTS.md") as f:
         f.write(text)
     return text
+
+
+def epoch_log(recipe: Path, info: dict) -> list[dict[str, Any]]:
+    """The run's per-epoch log (dev ppl, tokens, the FactorCell's adapt_ratio)."""
+    trainer = recipe / "exp" / f"{info['mode']}_seed{info['seed']}" / "last" / "trainer.json"
+    if not trainer.exists():
+        return []
+    return list(json.loads(trainer.read_text(encoding="utf-8")).get("log", []))
+
+
+def plot_curves(curves: dict[str, list[float]], path: Path, title: str) -> Path:
+    """Dev perplexity per epoch of every run, one line each (a PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    styles = dict(zip(LABELS.values(), ("-", "--", "-.", ":"), strict=True))
+    for name, values in curves.items():
+        label = name.rsplit(" ", 1)[0]
+        ax.plot(range(1, len(values) + 1), values, styles.get(label, "-"), label=name, lw=1.2)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("dev perplexity")
+    ax.set_yscale("log")
+    ax.set_title(f"{title}: dev perplexity per epoch")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
 
 
 def inspection(recipe: Path, spec: dict[str, Any]) -> list[str]:
