@@ -18,11 +18,9 @@ from rescorer.cli.options import (
     load_speakers,
     ref_options,
 )
-from rescorer.combine import one_best
 from rescorer.core.errors import check_same_ids
 from rescorer.core.io import atomic_write
 from rescorer.refs import read_references
-from rescorer.significance import compare
 from rescorer.wer import oracle, score_corpus
 
 logger = logging.getLogger(__name__)
@@ -95,6 +93,8 @@ def wer(
     else:
         assert nbest_path is not None
         nbest = load_nbest(nbest_path, fmt)
+        from rescorer.combine import one_best  # numpy: only for N-best input
+
         hyps = one_best(nbest)
         label = f"{nbest_path} (first hypotheses)"
     refs = load_refs(ref_path, ref_format, list(hyps))
@@ -115,4 +115,6 @@ def wer(
         check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path)
         report_b = score_corpus(refs, other, speakers, unit=unit)
         echo_report(str(compare_path), report_b)
+        from rescorer.significance import compare  # numpy: only for --compare
+
         click.echo(compare(report, report_b).summary())

@@ -4,8 +4,10 @@ The commands live in one module per group (:mod:`~rescorer.cli.evaluation`,
 :mod:`~rescorer.cli.rescoring`, :mod:`~rescorer.cli.models`, :mod:`~rescorer.cli.keyboard`, and
 the context files' :mod:`~rescorer.cli.context`, the model
 families' :mod:`~rescorer.cli.fnlm`, :mod:`~rescorer.cli.lbl`, :mod:`~rescorer.cli.cue`);
-their shared options and error handling are in :mod:`rescorer.cli.options`. This module imports
-them all and nothing imports it.
+their shared options and error handling are in :mod:`rescorer.cli.options`. :data:`COMMANDS`
+names each command's module; a module is imported when its command runs (``rescorer wer``
+imports only :mod:`~rescorer.cli.evaluation`'s), all of them for ``--help``. Nothing imports
+this module.
 
 Bad input data gets one line naming the file and line, and exit status 2; bad options get click's
 usage error (also status 2). Progress bars go to stderr and ``--quiet`` silences them.
@@ -15,16 +17,63 @@ usage error (also status 2). Progress bars go to stderr and ``--quiet`` silences
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 
 import click
 
-from rescorer.cli import context, cue, evaluation, fnlm, keyboard, lbl, models, rescoring
 from rescorer.core import runtime
 
+# Command name -> "module:attribute" of its click command, imported on first use.
+COMMANDS: dict[str, str] = {
+    "wer": "rescorer.cli.evaluation:wer",
+    "score": "rescorer.cli.rescoring:score",
+    "tune": "rescorer.cli.rescoring:tune_cmd",
+    "rescore": "rescorer.cli.rescoring:rescore",
+    "convert": "rescorer.cli.rescoring:convert",
+    "context": "rescorer.cli.context:context",
+    "ppl": "rescorer.cli.models:ppl",
+    "ngram": "rescorer.cli.models:ngram",
+    "train": "rescorer.cli.models:train_cmd",
+    "classify": "rescorer.cli.models:classify",
+    "inspect": "rescorer.cli.models:inspect_cmd",
+    "export": "rescorer.cli.models:export_cmd",
+    "predict": "rescorer.cli.keyboard:predict_cmd",
+    "keyboard-eval": "rescorer.cli.keyboard:keyboard_eval",
+    "keyboard-compare": "rescorer.cli.keyboard:keyboard_compare",
+    "fnlm-train": "rescorer.cli.fnlm:fnlm_train",
+    "fnlm-eval": "rescorer.cli.fnlm:fnlm_eval",
+    "mix-weights": "rescorer.cli.fnlm:mix_weights",
+    "lbl-train": "rescorer.cli.lbl:lbl_train",
+    "lbl-infer": "rescorer.cli.lbl:lbl_infer",
+    "lbl-similar": "rescorer.cli.lbl:lbl_similar",
+    "lbl-sample": "rescorer.cli.lbl:lbl_sample",
+    "lbl-export": "rescorer.cli.lbl:lbl_export",
+    "cue-vectors": "rescorer.cli.cue:cue_vectors",
+    "cue-export": "rescorer.cli.cue:cue_export",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A click group whose commands are imported when they are looked up (see COMMANDS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in COMMANDS:
+            return command
+        module, _, attribute = COMMANDS[cmd_name].partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command) or command.name != cmd_name:
+            raise RuntimeError(f"COMMANDS[{cmd_name!r}] names {command!r}, not that command")
+        self.add_command(command)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or info messages.")
 @click.option(
@@ -50,36 +99,6 @@ def main(verbose: int, quiet: bool, threads: str) -> None:
     keep = os.environ.get(runtime.ALLOCATOR_ENV, "keep") != "system"
     runtime.configure(runtime.RuntimeOptions(threads=count, keep_freed_memory=keep))
 
-
-COMMANDS: tuple[click.Command, ...] = (
-    evaluation.wer,
-    rescoring.score,
-    rescoring.tune_cmd,
-    rescoring.rescore,
-    rescoring.convert,
-    context.context,
-    models.ppl,
-    models.ngram,
-    models.train_cmd,
-    models.classify,
-    models.inspect_cmd,
-    models.export_cmd,
-    keyboard.predict_cmd,
-    keyboard.keyboard_eval,
-    keyboard.keyboard_compare,
-    fnlm.fnlm_train,
-    fnlm.fnlm_eval,
-    fnlm.mix_weights,
-    lbl.lbl_train,
-    lbl.lbl_infer,
-    lbl.lbl_similar,
-    lbl.lbl_sample,
-    lbl.lbl_export,
-    cue.cue_vectors,
-    cue.cue_export,
-)
-for _command in COMMANDS:
-    main.add_command(_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

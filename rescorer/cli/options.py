@@ -12,25 +12,23 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from rescorer.contexts import check_context_ids, read_contexts
 from rescorer.core.errors import InputError, check_same_ids
 from rescorer.core.io import read_lines
-from rescorer.features import LMFeatureReport, add_lm_scores
 from rescorer.formats import READERS, detect_format, read_nbest
-from rescorer.lms import LOADERS, load_lm, parse_spec
-from rescorer.lms.contract import LanguageModel, LMSpec
-from rescorer.nbest import NBest
+from rescorer.lms import LOADERS, parse_spec
+from rescorer.lms.contract import LMSpec
 from rescorer.ngram import KenLMToolError
 from rescorer.refs import read_references, read_utt2spk
 from rescorer.text import CASE_MODES
-from rescorer.wer import WerReport
 
-logger = logging.getLogger(__name__)
-
+if TYPE_CHECKING:  # what only some commands use is imported there (start-up time of `wer`)
+    from rescorer.features import LMFeatureReport
+    from rescorer.nbest import NBest
+    from rescorer.wer import WerReport
 
 logger = logging.getLogger(__name__)
 
@@ -314,6 +312,8 @@ def context_options(fn: F) -> F:
 
 
 def load_contexts(path: Path | None, ids: Sequence[str]) -> dict[str, dict[str, str]] | None:
+    from rescorer.contexts import check_context_ids, read_contexts
+
     if path is None:
         return None
     contexts = read_contexts(path)
@@ -356,10 +356,13 @@ def score_with_lms(
     contexts: dict[str, dict[str, str]] | None = None,
     device: str | None = None,
 ) -> tuple[NBest, list[LMFeatureReport]]:
+    from rescorer.features import add_lm_scores
+    from rescorer.lms import load_lm
+
     reports = []
     options = {} if device is None else {"device": device}
     for spec in specs:
-        lm: LanguageModel = load_lm(spec, case=case, **options)
+        lm = load_lm(spec, case=case, **options)
         nbest, report = add_lm_scores(
             nbest,
             lm,

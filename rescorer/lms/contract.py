@@ -14,9 +14,10 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import numpy as np
+if TYPE_CHECKING:  # the contract is imported by every command's options: numpy stays lazy
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ def sentence_scores(
 
     ``progress(n)`` is called after each batch with the number of sentences done in it.
     """
+    import numpy as np
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     out = np.empty(len(sentences), dtype=np.float64)

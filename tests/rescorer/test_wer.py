@@ -24,6 +24,7 @@ from rescorer.wer import (
     char_units,
     edit_distance,
     edit_distance_batch,
+    edit_distance_counts,
     hypothesis_errors,
     oracle,
     ref_lengths,
@@ -241,6 +242,49 @@ def test_batch_agrees_with_single(pairs):
     out = edit_distance_batch(pairs)
     for row, (r, h) in zip(out, pairs, strict=True):
         assert ErrorCounts(*map(int, row)) == _reference_dp(r, h, "correct")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(seqs, seqs), max_size=20),
+    st.sampled_from(["correct", "substitution"]),
+    st.sampled_from([0, 4, 400]),
+)
+def test_trimmed_python_counts_equal_the_reference_dp(pairs, tie_break, cells):
+    """Prefix/suffix trimming and the small Python DP give the exact counts (split included),
+    whichever pairs go to the batched numpy path (``cells`` moves the threshold)."""
+    import rescorer.wer as wer
+
+    old = wer.SMALL_PAIR_CELLS, wer.PYTHON_CELL_BUDGET
+    wer.SMALL_PAIR_CELLS, wer.PYTHON_CELL_BUDGET = cells, 0  # numpy is loaded here anyway
+    try:
+        out = edit_distance_counts(pairs, tie_break)
+    finally:
+        wer.SMALL_PAIR_CELLS, wer.PYTHON_CELL_BUDGET = old
+    for row, (r, h) in zip(out, pairs, strict=True):
+        assert ErrorCounts(*row) == _reference_dp(r, h, tie_break)
+
+
+def test_scoring_a_one_best_file_imports_no_numpy(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ref = tmp_path / "ref.txt"
+    hyp = tmp_path / "hyp.txt"
+    ref.write_text("u1 the cat sat on the mat\nu2 a b c\n", encoding="utf-8")
+    hyp.write_text("u1 the cat sat in the mat\nu2 a c\n", encoding="utf-8")
+    code = (
+        "import sys\n"
+        "from rescorer.cli.main import main\n"
+        "try:\n"
+        f"    main(['wer', '--ref', {str(ref)!r}, '--hyp', {str(hyp)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('NUMPY' if 'numpy' in sys.modules else 'CLEAN')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "%WER 22.22 [ 2 / 9, 0 ins, 1 del, 1 sub ]" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "CLEAN"
 
 
 def test_batch_with_long_and_mixed_lengths():
