@@ -1,1 +1,64 @@
-"""rescorer package."""
+"""rescorer: N-best rescoring with n-gram and neural language models.
+
+The Python API, for rescoring without the CLI (each name is imported on first use, so
+``import rescorer`` stays light; nothing draws a progress bar unless asked)::
+
+    from rescorer import add_lm_scores, load_lm, one_best, read_nbest, read_references
+    from rescorer import score_corpus, tune_weights
+
+    dev = read_nbest("nbest/librispeech-espnet/dev_clean")          # utt id -> N-best list
+    refs = read_references("nbest/librispeech-espnet/dev_clean/references/ref_wer.trn")
+    dev, report = add_lm_scores(dev, load_lm("kenlm:4gram.bin"), "4gram")
+    result = tune_weights(dev, refs, ["decoder", "ctc", "4gram", "4gram_oov"])
+    print(score_corpus(refs, one_best(dev, result.weights)).kaldi_line())
+
+See the README's "Python API" section for the names and what they return.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Public name -> "module" or "module:name there". ``tune_weights`` is
+# ``rescorer.tune.tune``: a package attribute named like a submodule would be replaced by the
+# module as soon as that is imported.
+_API: dict[str, str] = {
+    "read_nbest": "rescorer.formats",
+    "write_nbest": "rescorer.formats",
+    "read_references": "rescorer.refs",
+    "read_contexts": "rescorer.contexts",
+    "load_lm": "rescorer.lms",
+    "add_lm_scores": "rescorer.features",
+    "Weights": "rescorer.combine",
+    "rerank": "rescorer.combine",
+    "one_best": "rescorer.combine",
+    "tune_weights": "rescorer.tune:tune",
+    "TuneOptions": "rescorer.tune",
+    "score_corpus": "rescorer.wer",
+    "oracle": "rescorer.wer",
+    "compare": "rescorer.significance",
+}
+
+__all__ = sorted([*_API, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("rescorer")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
+    where = _API.get(name)
+    if where is None:
+        raise AttributeError(f"module 'rescorer' has no attribute {name!r}")
+    module, _, attribute = where.partition(":")
+    value = getattr(importlib.import_module(module), attribute or name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -45,7 +45,7 @@ def add_lm_scores(
     name: str | None = None,
     contexts: Mapping[str, Context] | None = None,
     batch_size: int = 4096,
-    progress: bool = True,
+    progress: bool = False,
     oov_feature: bool = True,
 ) -> tuple[NBest, LMFeatureReport]:
     """Score every hypothesis with ``lm``; store the natural-log sentence probability as ``name``.
@@ -55,7 +55,8 @@ def add_lm_scores(
     unknown word with the same ``<unk>`` probability, and a separately weighted OOV count lets
     tuning decide how much an unknown word should cost.
     ``contexts`` maps utterance ids to context records for context-aware models; every utterance
-    of ``nbest`` must have one when it is given.
+    of ``nbest`` must have one when it is given. ``progress`` draws a progress bar on stderr
+    (the CLI's choice; off for library calls).
     """
     name = name or lm.name
     oov_name = f"{name}{OOV_SUFFIX}"

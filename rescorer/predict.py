@@ -790,13 +790,12 @@ class PredictRequest:
 def read_requests(path: str | Path) -> list[PredictRequest]:
     """A batch file: ``history words[<TAB>partial word[<TAB>{context JSON}]]`` per line.
 
-    Blank lines are skipped; an empty history is a sentence start. The context column is a JSON
-    object of fields (``{"genre": "news"}``).
+    An empty history is a sentence start, a blank line included (it asks for the first word
+    of a sentence): every line is one request, so answers line up with the input. The context
+    column is a JSON object of fields (``{"genre": "news"}``).
     """
     out = []
     for lineno, line in read_lines(path):
-        if not line.strip():
-            continue
         cols = line.split("\t")
         if len(cols) > 3:
             raise InputError(

@@ -74,6 +74,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rescorer", prog_name="rescorer")
 @click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars or info messages.")
 @click.option(

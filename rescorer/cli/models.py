@@ -23,6 +23,7 @@ from rescorer.cli.options import (
     load_contexts,
     quiet,
     read_text_sentences,
+    show_epochs,
     text_format_option,
 )
 from rescorer.core.errors import InputError
@@ -211,6 +212,7 @@ def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: b
     from lm_models.lstm.train import TrainConfig, train  # imported here: torch is heavy
     from rescorer.core.data import default_data_dir
 
+    show_epochs()
     cfg = TrainConfig.load(config_path)
     result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet())
     click.echo(

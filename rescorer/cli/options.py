@@ -64,6 +64,15 @@ def quiet() -> bool:
     return bool(ctx.find_root().params.get("quiet"))
 
 
+def show_epochs() -> None:
+    """Training commands print a line per epoch (train loss, dev perplexity, tokens/s) at the
+    default verbosity: the training loop's INFO records are let through unless --quiet."""
+    training = logging.getLogger("lm_models.training")
+    # NOTSET with --quiet or -v/-vv: the root's level decides, as for every other logger
+    louder = not quiet() and logging.getLogger().level > logging.INFO
+    training.setLevel(logging.INFO if louder else logging.NOTSET)
+
+
 # -- shared option types ------------------------------------------------------------------------
 
 
@@ -261,6 +270,7 @@ def run_config_trainer(
 
     from rescorer.core.data import default_data_dir
 
+    show_epochs()
     cfg = config_type.load(config_path)
     overrides = {k: v for k, v in (("seed", seed), ("device", device)) if v is not None}
     if overrides:

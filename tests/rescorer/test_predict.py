@@ -394,9 +394,11 @@ def test_read_requests_and_stream(tmp_path: Path) -> None:
     path = tmp_path / "req.tsv"
     path.write_text('the cat\t\nthe cat sat\to\n\nthe\tc\t{"genre": "news"}\n', encoding="utf-8")
     reqs = read_requests(path)
+    # the blank line 3 is a request too: the first word of a sentence (empty history)
     assert [(r.line, r.history, r.prefix, r.context) for r in reqs] == [
         (1, ("the", "cat"), "", None),
         (2, ("the", "cat", "sat"), "o", None),
+        (3, (), "", None),
         (4, ("the",), "c", {"genre": "news"}),
     ]
     model = ArrayModel(["cat", "on", "of", "the", "sat"])
@@ -404,6 +406,7 @@ def test_read_requests_and_stream(tmp_path: Path) -> None:
     step = model.step
     model.step = lambda s, w: steps.append(w) or step(s, w)  # type: ignore[method-assign]
     out = list(predict_stream(Predictor(model), reqs, 2))
+    assert len(out) == 4 and len(out[2][1]) == 2  # one answer per line, the blank one included
     assert steps == ["the", "cat", "sat", "the"]  # line 2 reused line 1's state
     assert [s.word for s in out[1][1]] == sorted(
         ["on", "of"], key=lambda w: -model.tables[3][model.words.index(w)]
@@ -458,11 +461,12 @@ def test_cli_batch(tiny_arpa: Path, tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["line"], r["prefix"], [s["word"] for s in r["suggestions"]]) for r in rows] == [
+        (1, "", ["a", "b"]),  # the blank first line: a sentence start, P(a|<s>) > P(b|<s>)
         (2, "", ["b", "a"]),
         (3, "b", ["b"]),
         (4, "", ["a", "b"]),  # after an unknown word: <unk> backs off to the unigrams
     ]
-    assert rows[0]["suggestions"][0]["prob"] == pytest.approx(0.4, abs=1e-4)
+    assert rows[1]["suggestions"][0]["prob"] == pytest.approx(0.4, abs=1e-4)
     res = run(["predict", "--lm", f"kenlm:{tiny_arpa}", "--out", out])
     assert res.exit_code == 2 and "--input" in res.output
     res = run(["predict", "--lm", f"kenlm:{tiny_arpa}", "--lm", f"kenlm:{tiny_arpa}",

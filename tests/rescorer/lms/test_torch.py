@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import random
+import re
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -552,9 +553,14 @@ def test_cli_train_writes_a_usable_checkpoint(tmp_path: Path) -> None:
     cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps(config), encoding="utf-8")
     out = tmp_path / "model"
-    result = run(["train", cfg, "--out", out, "--data-dir", tmp_path, "--no-resume"])
+    args = ["train", str(cfg), "--out", str(out), "--data-dir", str(tmp_path), "--no-resume"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)  # default verbosity
     assert result.exit_code == 0, result.output
     assert "best dev perplexity" in result.output and "at epoch 1" in result.output
+    # a line per epoch at the default verbosity, with its dev perplexity; none with --quiet
+    assert re.search(r"LSTM epoch 1: train loss [\d.]+, dev [\d.]+", result.output), result.output
+    quiet = run(["train", cfg, "--out", tmp_path / "q", "--data-dir", tmp_path])
+    assert quiet.exit_code == 0 and "LSTM epoch 1" not in quiet.output
     lm = TorchLM(out / "best", device="cpu")
     (lp,) = lm.token_logprobs([["the", "ball"]], [{"genre": "sport"}])
     assert lp.shape == (3,) and np.all(lp < 0) and math.isfinite(float(lp.sum()))
