@@ -184,6 +184,27 @@ def _read_json(file: Path) -> Any:
         raise ValueError(f"{file}: not valid JSON: {exc}") from None
 
 
+def _expected_shapes(model_cls: type, config: Any, config_file: Path) -> dict[str, tuple]:
+    """Tensor name -> shape of the model ``config`` describes, built without memory."""
+    try:
+        with torch.device("meta"):
+            meta_model = model_cls(config)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{config_file}: invalid config: {exc}") from None
+    return {name: tuple(t.shape) for name, t in meta_model.state_dict().items()}
+
+
+def _declared_shapes(weights_file: Path) -> dict[str, tuple]:
+    """Tensor name -> shape from a safetensors file's header (no tensor is read)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights_file), framework="pt") as f:
+            return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ValueError(f"{weights_file}: unreadable safetensors file: {exc}") from None
+
+
 def load_checkpoint(
     path: str | os.PathLike[str], device: str | torch.device = "cpu"
 ) -> tuple[nn.Module, list[str], dict[str, Any] | None]:
@@ -228,35 +249,55 @@ def load_checkpoint(
             f"{vocab_file}: has {len(tokens)} tokens but {CONFIG_FILE} says "
             f"vocab_size={config.vocab_size}"
         )
+    first: dict[str, int] = {}
+    for lineno, token in enumerate(tokens, 1):
+        if token in first:  # two ids for one token: lookups would silently take one of them
+            raise ValueError(
+                f"{vocab_file}:{lineno}: token {token!r} repeats line {first[token]} "
+                "(expected distinct tokens)"
+            )
+        first[token] = lineno
 
     weights_file = path / WEIGHTS_FILE
     if not weights_file.is_file():
         raise ValueError(f"{weights_file}: missing")
-    try:
-        weights = load_file(str(weights_file), device=str(device))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ValueError(f"{weights_file}: unreadable safetensors file: {exc}") from None
-    model = model_cls(config)
-    # Tensors a family renamed since a checkpoint was written: old name -> new name.
-    for old, new in getattr(model_cls, "RENAMED_TENSORS", {}).items():
-        if old in weights and new not in weights:
-            weights[new] = weights.pop(old)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
+    # Sizes are checked before anything is allocated: the model is built on the meta device
+    # (no memory), the file's header read alone, and its shapes compared with the config's.
+    renamed = getattr(model_cls, "RENAMED_TENSORS", {})
+    expected = _expected_shapes(model_cls, config, config_file)
+    declared = _declared_shapes(weights_file)
+    for old, new in renamed.items():  # tensors a family renamed since a checkpoint was written
+        if old in declared and new not in declared:
+            declared[new] = declared.pop(old)
+    missing = sorted(set(expected) - set(declared))
+    unexpected = sorted(set(declared) - set(expected))
     if missing or unexpected:
         raise ValueError(
             f"{weights_file}: tensors do not match the {model_type} config: "
             f"missing {missing}, unexpected {unexpected}"
         )
-    for name, tensor in weights.items():
-        if tuple(tensor.shape) != tuple(expected[name].shape):
+    for name, shape in declared.items():
+        if shape != expected[name]:
             raise ValueError(
-                f"{weights_file}: tensor {name!r} has shape {tuple(tensor.shape)}, "
-                f"expected {tuple(expected[name].shape)}"
+                f"{weights_file}: tensor {name!r} has shape {shape}, expected {expected[name]}"
             )
+    try:
+        weights = load_file(str(weights_file), device=str(device))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ValueError(f"{weights_file}: unreadable safetensors file: {exc}") from None
+    for old, new in renamed.items():
+        if old in weights and new not in weights:
+            weights[new] = weights.pop(old)
+    for name, tensor in weights.items():
         if not tensor.is_floating_point():
             raise ValueError(f"{weights_file}: tensor {name!r} has dtype {tensor.dtype}")
+        if not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ValueError(
+                f"{weights_file}: tensor {name!r} holds {bad} NaN/inf value(s) "
+                "(expected finite weights: a diverged or damaged checkpoint)"
+            )
+    model = model_cls(config)
     dtypes = {t.dtype for t in weights.values()}
     model.to(device=device, dtype=dtypes.pop() if len(dtypes) == 1 else None)
     model.load_state_dict(weights, strict=True)

@@ -50,6 +50,10 @@ def _wide(x: Tensor) -> Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
+# Index tensors derived from the word classes are built on the CPU explicitly, so that the layer
+# can also be built on the meta device (checkpoint loading checks shapes before allocating).
+_CPU = torch.device("cpu")
+
 # Bytes of one (rows, V) block of logits in :func:`target_log_softmax`: small enough that the
 # block, its log-softmax and the output weights stay in the last-level cache (32 MiB here), large
 # enough that the block's matmul runs at full speed. Measured in bench/bench_lstm.py.
@@ -274,7 +278,7 @@ class ClassFactoredSoftmax(nn.Module):
         tie_singletons: bool = True,
     ) -> None:
         super().__init__()
-        cls = torch.as_tensor(list(word_classes), dtype=torch.long)
+        cls = torch.as_tensor(list(word_classes), dtype=torch.long, device=_CPU)
         if cls.dim() != 1 or len(cls) == 0 or int(cls.min()) < 0:
             raise ValueError("word_classes: expected a non-empty list of class ids >= 0")
         num_classes = int(cls.max()) + 1
@@ -284,8 +288,8 @@ class ClassFactoredSoftmax(nn.Module):
             raise ValueError(
                 f"word_classes: classes {empty[:10]} have no word (ids must be 0..C-1)"
             )
-        never_t = torch.tensor(sorted(set(never)), dtype=torch.long)
-        predictable = torch.ones(len(cls), dtype=torch.bool)
+        never_t = torch.tensor(sorted(set(never)), dtype=torch.long, device=_CPU)
+        predictable = torch.ones(len(cls), dtype=torch.bool, device=_CPU)
         predictable[never_t] = False
         if bool((torch.bincount(cls[predictable], minlength=num_classes) == 0).any()):
             raise ValueError("word_classes: a class holds only units that are never predicted")
@@ -296,15 +300,15 @@ class ClassFactoredSoftmax(nn.Module):
         single = (sizes == 1) if tie_singletons else torch.zeros_like(sizes, dtype=torch.bool)
         cluster_ids = torch.nonzero(~single).flatten()
         single_ids = torch.nonzero(single).flatten()
-        first = torch.full((num_classes,), -1, dtype=torch.long)
-        first[cls.flip(0)] = torch.arange(len(cls) - 1, -1, -1)  # a word of each class
+        first = torch.full((num_classes,), -1, dtype=torch.long, device=_CPU)
+        first[cls.flip(0)] = torch.arange(len(cls) - 1, -1, -1, device=_CPU)  # a word of each class
         with warnings.catch_warnings():  # no clusters: an empty U (init warns about it)
             warnings.simplefilter("ignore", UserWarning)
             self.class_layer = nn.Linear(in_dim, len(cluster_ids))  # U, u (a row per cluster)
         # class logits are cat([word logits of the singletons, U z + u]) put in class-id order
-        slot = torch.empty(num_classes, dtype=torch.long)
-        slot[single_ids] = torch.arange(len(single_ids))
-        slot[cluster_ids] = len(single_ids) + torch.arange(len(cluster_ids))
+        slot = torch.empty(num_classes, dtype=torch.long, device=_CPU)
+        slot[single_ids] = torch.arange(len(single_ids), device=_CPU)
+        slot[cluster_ids] = len(single_ids) + torch.arange(len(cluster_ids), device=_CPU)
         self.register_buffer("single_words", first[single_ids], persistent=False)
         self.register_buffer("class_slot", slot, persistent=False)
         self.clusters = cluster_ids.tolist()
@@ -312,7 +316,7 @@ class ClassFactoredSoftmax(nn.Module):
         order = torch.argsort(cls, stable=True)
         start = torch.cumsum(sizes, 0) - sizes
         position = torch.empty_like(cls)
-        position[order] = torch.arange(len(cls)) - start[cls[order]]
+        position[order] = torch.arange(len(cls), device=_CPU) - start[cls[order]]
         # Derived from the word classes (which the family's config holds): not saved weights.
         self.register_buffer("class_of", cls, persistent=False)  # (V,)
         self.register_buffer("order", order, persistent=False)  # (V,)
@@ -328,7 +332,7 @@ class ClassFactoredSoftmax(nn.Module):
         segments += [order[start[k] : start[k] + sizes[k]] for k in cluster_ids.tolist()]
         grouped = torch.cat(segments)
         self.register_buffer("grouped", grouped, persistent=False)  # (V,) words by segment
-        self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls))))
+        self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls), device=_CPU)))
         self.segment_sizes = [len(seg) for seg in segments]
         self.segment_of_cluster = {k: i + 1 for i, k in enumerate(cluster_ids.tolist())}
         # (weight, its version, its rows in segment order): see _grouped

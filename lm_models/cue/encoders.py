@@ -138,9 +138,20 @@ class TransformersCLSEmbedder:
             from transformers import AutoModel, AutoTokenizer
         except ImportError as err:
             raise ValueError(f"the transformers package is needed for hf:PATH: {err}") from None
+        if not any(path.glob("*.safetensors")):
+            # pytorch_model.bin is a pickle: loading one could run code (and transformers would
+            # try); only safetensors weights are read, as for the toolkit's own checkpoints
+            raise ValueError(
+                f"{path}: no *.safetensors weights; pickled weights (pytorch_model.bin) are not "
+                "loaded -- convert them with save_pretrained(..., safe_serialization=True)"
+            )
         self._torch = torch
         self._tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        self._model = AutoModel.from_pretrained(str(path), local_files_only=True).to(device).eval()
+        self._model = (
+            AutoModel.from_pretrained(str(path), local_files_only=True, use_safetensors=True)
+            .to(device)
+            .eval()
+        )
         self._device = device
         self.dim = int(self._model.config.hidden_size)
         self.name = name

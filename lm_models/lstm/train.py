@@ -531,11 +531,14 @@ def train(
 
     state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
     if resuming:
-        prev_model, _, _ = load_checkpoint(last, device=device)
-        model.load_state_dict(prev_model.state_dict(), strict=True)
-        _load_optimizer(optimizer, last, device)
-        state = json.loads((last / "trainer.json").read_text(encoding="utf-8"))
-        logger.info("resuming from %s after epoch %d", last, state["epoch"])
+        try:
+            prev_model, _, _ = load_checkpoint(last, device=device)
+            model.load_state_dict(prev_model.state_dict(), strict=True)
+            _load_optimizer(optimizer, last, device)
+            state = json.loads((last / "trainer.json").read_text(encoding="utf-8"))
+            logger.info("resuming from %s after epoch %d", last, state["epoch"])
+        except (ValueError, KeyError, OSError) as err:  # a damaged last/ (kill, full disk)
+            state = _fall_back_to_best(best, model, device, err)
     if is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
@@ -645,6 +648,39 @@ def train(
         out_dir=out_dir,
         device=str(device),
     )
+
+
+def _fall_back_to_best(
+    best: Path, model: ContextLSTM, device: torch.device, err: Exception
+) -> dict[str, Any]:
+    """Resume from ``best/`` when ``last/`` cannot be read: its weights, a fresh optimizer, and
+    the epoch count and log ``best/training.json`` records. No usable ``best/`` either: the
+    error says what is wrong with both."""
+    try:
+        prev_model, _, meta = load_checkpoint(best, device=device)
+        epoch = int((meta or {})["epoch"])
+        dev_ppl = float((meta or {})["dev_ppl"])
+    except (ValueError, KeyError, TypeError, OSError) as best_err:
+        raise ValueError(
+            f"cannot resume: last/ is unreadable ({err}) and best/ too ({best_err}); "
+            "train again with --no-resume"
+        ) from None
+    model.load_state_dict(prev_model.state_dict(), strict=True)
+    log = [e for e in (meta or {}).get("log", []) if int(e.get("epoch", 0)) <= epoch]
+    logger.warning(
+        "last/ is unreadable (%s); resuming from %s (epoch %d, dev %.3f) with a fresh optimizer",
+        err,
+        best,
+        epoch,
+        dev_ppl,
+    )
+    return {
+        "epoch": epoch,
+        "best_dev_ppl": dev_ppl,
+        "best_epoch": epoch,
+        "bad_epochs": 0,
+        "log": log,
+    }
 
 
 def _save_last(

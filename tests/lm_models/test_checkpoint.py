@@ -188,3 +188,49 @@ def test_tampered_vocab_and_missing_files(saved: Path, tmp_path: Path) -> None:
         load_checkpoint(saved)
     with pytest.raises(ValueError, match="not a checkpoint folder"):
         load_checkpoint(tmp_path / "nowhere")
+
+
+def test_sizes_are_checked_before_anything_is_allocated(saved: Path) -> None:
+    """A config claiming a huge model (here 3 * 10**6 x 10**6 recurrent weights, ~12 TB) is
+    refused by comparing shapes on the meta device with the file's header, before any memory
+    is taken; building the model for real would fail with an allocation error instead."""
+    _edit_header(saved, lambda h: h["config"].update(hidden_dim=10**6))
+    with pytest.raises(ValueError, match=r"model\.safetensors: tensor .* has shape .*1000000"):
+        load_checkpoint(saved)
+
+
+def test_non_finite_weights_and_repeated_tokens_are_refused(saved: Path) -> None:
+    weights_file = saved / "model.safetensors"
+    weights = load_file(str(weights_file))
+    good = dict(weights)
+    weights["b_out"] = weights["b_out"].clone()
+    weights["b_out"][3] = float("nan")
+    save_file(weights, str(weights_file))
+    with pytest.raises(ValueError, match=r"model\.safetensors: tensor 'b_out' holds 1 NaN/inf"):
+        load_checkpoint(saved)
+    save_file(good, str(weights_file))
+    load_checkpoint(saved)  # the untouched weights load
+    tokens = [*VOCAB[:-1], "cat"]  # 'cat' twice: two ids for one word
+    (saved / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab\.txt:8: token 'cat' repeats line 5"):
+        load_checkpoint(saved)
+
+
+def test_class_factored_models_build_on_the_meta_device_too(tmp_path: Path) -> None:
+    from lm_models.checkpoint import _expected_shapes
+
+    cfg = LSTMConfig(vocab_size=8, embed_dim=4, hidden_dim=6, word_classes=(0, 0, 1, 1, 2, 2, 2, 3))
+    shapes = _expected_shapes(ContextLSTM, cfg, tmp_path / "config.json")
+    real = {k: tuple(v.shape) for k, v in ContextLSTM(cfg).state_dict().items()}
+    assert shapes == real and any(k.startswith("class_output") for k in shapes)
+
+
+def test_transformers_embedders_load_safetensors_only(tmp_path: Path) -> None:
+    from lm_models.cue.encoders import TransformersCLSEmbedder
+
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "pytorch_model.bin").write_bytes(b"a pickle would be here")
+    with pytest.raises(ValueError, match=r"no \*\.safetensors weights; pickled weights"):
+        TransformersCLSEmbedder(folder, "bert")

@@ -429,3 +429,26 @@ def test_context_activation_none_keeps_negative_components() -> None:
     assert LSTMConfig.from_json(cfgs["none"].to_json()) == cfgs["none"]
     with pytest.raises(ValueError, match="context_activation"):
         LSTMConfig(vocab_size=5, context_activation="tanh")
+
+
+def test_a_damaged_last_checkpoint_falls_back_to_best(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    first = train(config(corpus, epochs=2), tmp_path, tmp_path / "out", progress=False)
+    weights = tmp_path / "out" / "last" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])  # a kill during a copy, a full disk
+    with caplog.at_level("WARNING", logger="lm_models.lstm.train"):
+        again = train(config(corpus, epochs=4), tmp_path, tmp_path / "out", progress=False)
+    assert "last/ is unreadable" in caplog.text and "model.safetensors" in caplog.text
+    # continued after the best epoch with its log, not from scratch
+    assert [e.epoch for e in again.epochs][: first.best_epoch] == list(
+        range(1, first.best_epoch + 1)
+    )
+    assert again.epochs[-1].epoch == 4
+    load_checkpoint(tmp_path / "out" / "last")  # rewritten whole
+    # both damaged: one error naming both, and how to start over
+    for sub in ("last", "best"):
+        (tmp_path / "out" / sub / "model.safetensors").write_bytes(b"x" * 10)
+    with pytest.raises(ValueError, match=r"last/ is unreadable .* and best/ too .*--no-resume"):
+        train(config(corpus, epochs=5), tmp_path, tmp_path / "out", progress=False)
