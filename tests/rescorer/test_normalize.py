@@ -54,7 +54,8 @@ def test_none_is_the_identity() -> None:
         ("hyphen", "well-known --  A\u2014B", "well known A B"),
         ("punct", "Hello, World! U.S. well-known", "Hello World US wellknown"),
         # apostrophes: kept inside a word (curly ones written '), dropped at its edges
-        ("punct", "'tis don\u2019t o'clock students' ' rock'n'roll", "tis don't o'clock students rock'n'roll"),
+        ("punct", "'tis don\u2019t o'clock students' ' rock'n'roll",
+         "tis don't o'clock students rock'n'roll"),
         ("punct", "$5 50% a+b <unk> [noise] -- .", "5 50 ab unk noise"),
         # steps run in a fixed order whatever the order given: hyphens split before punct
         ("punct,hyphen", "well-known, Co-Op.", "well known Co Op"),
@@ -87,10 +88,12 @@ def test_canonical_names_and_bad_specs() -> None:
     [
         ("Hello, World!", "hello world"),
         ("[LAUGHTER] well (inaudible (really)) I'm here", "well i am here"),
-        ("I won't, can't; they're we've he'll she'd y'all let's", "i will not can not they are we have he will she would you all let us"),
+        ("I won't, can't; they're we've he'll she'd y'all let's",
+         "i will not can not they are we have he will she would you all let us"),
         ("We're gonna DON'T isn't couldn't ain't", "we are going to do not is not could not ain't"),
         ("John's dog's bone", "john's dog's bone"),  # 's stays
-        ("Mr. Smith and Dr. Jones met St. John, Jr.", "mister smith and doctor jones met saint john junior"),
+        ("Mr. Smith and Dr. Jones met St. John, Jr.",
+         "mister smith and doctor jones met saint john junior"),
         ("Uh, um, hmm... mhm the twenty-one", "the twenty one"),
         ("Café Élan Æsir naïve straße", "cafe elan aesir naive strasse"),
         ("3.5 1,000 $20. 50% AT&T", "3.5 1000 20 50 percent at and t"),
