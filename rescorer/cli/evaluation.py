@@ -86,7 +86,8 @@ def write_alignments(
 @click.option(
     "--per-utt",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write a per-utterance error table here.",
+    help="Write a per-utterance error table here (after a '# normalize: SPEC' line when the "
+    "text is normalised).",
 )
 @click.option(
     "--summary/--no-summary",
@@ -165,6 +166,8 @@ def wer(
     echo_report(label + tag, report)
     if per_utt is not None:
         with atomic_write(per_utt) as f:
+            if not normalizer.is_identity:
+                f.write(f"# normalize: {normalizer.name}\n")
             f.write(report.utterance_table() + "\n")
     if align_path is not None:
         header = [f"{report.kaldi_line()} {label}", f"normalize: {normalizer.name}"]

@@ -228,6 +228,12 @@ def test_wer_normalize_compare_and_bad_spec(messy: tuple[Path, Path], tmp_path: 
     result = run(["wer", "--ref", ref, "--hyp", hyp, "--compare", other, "--normalize", "english"])
     assert result.exit_code == 0, result.output
     assert f"%WER 0.00 [ 0 / 5, 0 ins, 0 del, 0 sub ] {other} (normalize: english)" in result.output
+    table = tmp_path / "utt.txt"
+    result = run(["wer", "--ref", ref, "--hyp", hyp, "--per-utt", table, "--normalize", "english"])
+    assert result.exit_code == 0, result.output
+    lines = table.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "# normalize: english"
+    assert lines[2].split() == ["u1", "-", "5", "4", "1", "0", "0", "1", "20.00"]
     assert_usage_error(
         run(["wer", "--ref", ref, "--hyp", hyp, "--normalize", "lowercase"]),
         "unknown text normaliser 'lowercase'",
