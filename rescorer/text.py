@@ -3,13 +3,13 @@
 N-best lists and language models often disagree on case (LibriSpeech hypotheses are upper case,
 many LMs are lower case). A model adapter maps the N-best words into its own units through a
 :class:`CaseMapping`; ``auto`` picks the mapping under which most of a sample of words is in the
-model's vocabulary.
+model's vocabulary. Normalisation of the text that is scored (references and hypotheses alike)
+is :mod:`rescorer.normalize`.
 """
 
 from __future__ import annotations
 
 import logging
-import unicodedata
 from collections.abc import Callable, Iterable
 from typing import Literal
 
@@ -61,31 +61,3 @@ def choose_case(
         len(sample),
     )
     return best_mode
-
-
-# Titles as LibriSpeech transcribers spelled them out ("MISTER QUILTER'S").
-_LIBRISPEECH_ABBREVIATIONS = {"MR": "MISTER", "MRS": "MISSUS", "DR": "DOCTOR"}
-
-
-def librispeech_normalise(line: str) -> list[str]:
-    """Words of ``line`` in LibriSpeech transcript style: upper case, A-Z and apostrophes.
-
-    Accented letters lose their accents (``É`` -> ``E``); curly apostrophes become ``'``.
-    Hyphens, digits and other punctuation separate words; an apostrophe inside a word is kept
-    (``DON'T``), leading or trailing ones are dropped (they are quotation marks). The titles
-    MR, MRS and DR are spelled out as LibriSpeech transcripts have them.
-    """
-    decomposed = unicodedata.normalize("NFKD", line.replace("\u2019", "'").upper())
-    out: list[str] = []
-    buf: list[str] = []
-    for ch in decomposed + " ":
-        if "A" <= ch <= "Z" or ch == "'":
-            buf.append(ch)
-        elif unicodedata.combining(ch):
-            continue
-        elif buf:
-            word = "".join(buf).strip("'")
-            if word:
-                out.append(word)
-            buf = []
-    return [_LIBRISPEECH_ABBREVIATIONS.get(w, w) for w in out]

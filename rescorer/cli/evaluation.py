@@ -11,15 +11,20 @@ from rescorer.cli.options import (
     EXISTING,
     EXISTING_FILE,
     FORMAT_CHOICE,
+    OUT_FILE,
     echo_report,
     handle_errors,
     load_nbest,
     load_refs,
     load_speakers,
+    normalize_option,
+    normalized_label,
     ref_options,
+    resolve_refs,
 )
 from rescorer.core.errors import check_same_ids
 from rescorer.core.io import atomic_write
+from rescorer.normalize import Normalizer
 from rescorer.refs import read_references
 from rescorer.wer import oracle, score_corpus
 
@@ -29,9 +34,42 @@ logger = logging.getLogger(__name__)
 # -- wer ----------------------------------------------------------------------------------------
 
 
+def read_hyp_text(path: Path, fmt: str) -> dict[str, tuple[str, ...]]:
+    """A hypothesis text (``--hyp``, ``--compare``): Kaldi ``uttid words`` or sclite trn."""
+    return read_references(path, None if fmt == "auto" else fmt)
+
+
+def write_alignments(
+    path: Path,
+    refs: dict[str, tuple[str, ...]],
+    hyps: dict[str, tuple[str, ...]],
+    unit: str,
+    header: list[str],
+) -> None:
+    """``--align``: per-utterance alignments and confusion tables, written atomically."""
+    from rescorer.alignments import align_corpus  # numpy: only with --align
+
+    report = align_corpus(refs, hyps, unit=unit)
+    with atomic_write(path) as f:
+        f.write(report.render(header))
+
+
 @click.command()
-@ref_options(required=True)
-@click.option("--hyp", "hyp_path", type=EXISTING_FILE, help="Hypotheses as 'uttid words' text.")
+@ref_options(required=False)
+@click.option(
+    "--hyp",
+    "hyp_path",
+    type=EXISTING_FILE,
+    help="Hypotheses as Kaldi 'uttid words' text or sclite trn ('words (id)').",
+)
+@click.option(
+    "--hyp-format",
+    type=click.Choice(["auto", "trn", "kaldi"]),
+    default="auto",
+    show_default=True,
+    help="Format of --hyp and --compare (auto: trn when named *.trn or the first line ends "
+    "in '(id)').",
+)
 @click.option("--nbest", "nbest_path", type=EXISTING, help="Score the first hypothesis of lists.")
 @click.option("--format", "fmt", type=FORMAT_CHOICE, default="auto", show_default=True)
 @click.option("--oracle", "with_oracle", is_flag=True, help="Also the oracle WER of the lists.")
@@ -46,7 +84,8 @@ logger = logging.getLogger(__name__)
 @click.option(
     "--per-utt",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write a per-utterance error table here.",
+    help="Write a per-utterance error table here (after a '# normalize: SPEC' line when the "
+    "text is normalised).",
 )
 @click.option(
     "--summary/--no-summary",
@@ -54,11 +93,20 @@ logger = logging.getLogger(__name__)
     show_default=True,
     help="Print the sclite-style summary table.",
 )
+@click.option(
+    "--align",
+    "align_path",
+    type=OUT_FILE,
+    help="Write each utterance's REF/HYP alignment with S/D/I marks (sclite .pra-like; the "
+    "alignment the counts come from) and tables of confusion pairs, deletions and insertions.",
+)
+@normalize_option
 @handle_errors
 def wer(
-    ref_path: Path,
+    ref_path: Path | None,
     ref_format: str,
     hyp_path: Path | None,
+    hyp_format: str,
     nbest_path: Path | None,
     fmt: str,
     with_oracle: bool,
@@ -67,16 +115,21 @@ def wer(
     cer: bool,
     per_utt: Path | None,
     summary: bool,
+    align_path: Path | None,
+    normalizer: Normalizer,
 ) -> None:
     """Word error rate against references.
 
-    Scores a hypothesis text, or the first hypotheses of N-best lists (--oracle adds the best
-    achievable choice from the lists).
+    Scores a hypothesis text (Kaldi or trn), or the first hypotheses of N-best lists (--oracle
+    adds the best achievable choice from the lists). N-best files that hold references (json,
+    jsonl, hyporadise) need no --ref; --ref wins when given.
 
     \b
     Examples:
       rescorer wer --ref DEV/references/ref_wer.trn --hyp DEV/raw_hypotheses/1best_recog/text
       rescorer wer --ref DEV/references/ref_wer.trn --nbest DEV --oracle
+      rescorer wer --nbest hyporadise_test.json --oracle --normalize english
+      rescorer wer --ref REF.trn --hyp hyp.trn --align hyp.pra
       rescorer wer --ref REF.trn --hyp A.txt --compare B.txt
     """
     if (hyp_path is None) == (nbest_path is None):
@@ -88,33 +141,45 @@ def wer(
     unit = "char" if cer else "word"
     nbest = None
     if hyp_path is not None:
-        hyps = read_references(hyp_path, "kaldi")
+        hyps = normalizer.mapping(read_hyp_text(hyp_path, hyp_format))
+        refs = load_refs(ref_path, ref_format, list(hyps))
         label = str(hyp_path)
     else:
         assert nbest_path is not None
-        nbest = load_nbest(nbest_path, fmt)
         from rescorer.combine import one_best  # numpy: only for N-best input
 
+        raw = load_nbest(nbest_path, fmt)
+        refs = resolve_refs(ref_path, ref_format, raw, nbest_path)
+        nbest = normalizer.nbest(raw)
         hyps = one_best(nbest)
         label = f"{nbest_path} (first hypotheses)"
-    refs = load_refs(ref_path, ref_format, list(hyps))
+    refs = normalizer.mapping(refs)
+    tag = normalized_label(normalizer)
     speakers = load_speakers(utt2spk, list(hyps))
+    other = None
+    if compare_path is not None:  # read before anything is written
+        other = normalizer.mapping(read_hyp_text(compare_path, hyp_format))
+        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path)
     report = score_corpus(refs, hyps, speakers, unit=unit)
     if summary:
         click.echo(report.summary())
-    echo_report(label, report)
+    echo_report(label + tag, report)
     if per_utt is not None:
         with atomic_write(per_utt) as f:
+            if not normalizer.is_identity:
+                f.write(f"# normalize: {normalizer.name}\n")
             f.write(report.utterance_table() + "\n")
+    if align_path is not None:
+        header = [f"{report.kaldi_line()} {label}", f"normalize: {normalizer.name}"]
+        write_alignments(align_path, refs, hyps, unit, header)
     if with_oracle:
         assert nbest is not None
         orc = oracle(nbest, refs)
-        echo_report(f"oracle over {max(len(nb) for nb in nbest.values())}-best", orc.report)
-    if compare_path is not None:
-        other = read_references(compare_path, "kaldi")
-        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path)
+        echo_report(f"oracle over {max(len(nb) for nb in nbest.values())}-best{tag}", orc.report)
+    if other is not None:
+        assert compare_path is not None
         report_b = score_corpus(refs, other, speakers, unit=unit)
-        echo_report(str(compare_path), report_b)
+        echo_report(f"{compare_path}{tag}", report_b)
         from rescorer.significance import compare  # numpy: only for --compare
 
         click.echo(compare(report, report_b).summary())

@@ -22,6 +22,7 @@ from rescorer.formats import READERS, detect_format, read_nbest
 from rescorer.lms import LOADERS, parse_spec
 from rescorer.lms.contract import LMSpec
 from rescorer.ngram import KenLMToolError
+from rescorer.normalize import PRESETS, STEPS, Normalizer, get_normalizer
 from rescorer.refs import read_references, read_utt2spk
 from rescorer.text import CASE_MODES
 
@@ -134,6 +135,40 @@ class NumberList(click.ParamType):
 FORMAT_CHOICE = click.Choice(["auto", *sorted(READERS)])
 
 
+class NormalizerType(click.ParamType):
+    """A text normaliser spec (:mod:`rescorer.normalize`): none, a preset, or steps."""
+
+    name = "SPEC"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Normalizer):
+            return value
+        try:
+            return get_normalizer(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def normalize_option(fn: F) -> F:
+    """``--normalize SPEC``: the text normaliser applied to references and hypotheses alike."""
+    return click.option(
+        "--normalize",
+        "normalizer",
+        type=NormalizerType(),
+        default="none",
+        show_default=True,
+        help="Normalise references and hypotheses alike before scoring: none (raw text, "
+        f"sclite parity), a preset ({', '.join(PRESETS)}) or comma-separated steps of "
+        f"{', '.join(STEPS)} (e.g. lower,punct). The README and rescorer/normalize.py say what "
+        "each does.",
+    )(fn)
+
+
+def normalized_label(normalizer: Normalizer) -> str:
+    """`` (normalize: NAME)`` after a result line, or nothing for raw text."""
+    return "" if normalizer.is_identity else f" (normalize: {normalizer.name})"
+
+
 EXISTING = click.Path(exists=True, path_type=Path)
 
 
@@ -222,7 +257,9 @@ def ref_options(required: bool) -> Callable[[F], F]:
             "ref_path",
             type=EXISTING_FILE,
             required=required,
-            help="References: sclite trn (id in parentheses) or Kaldi 'uttid words' text.",
+            help="References: sclite trn (id in parentheses) or Kaldi 'uttid words' text. "
+            "Without it, references embedded in the N-best file (json 'ref', jsonl 'ref', "
+            "hyporadise 'output') are used; with it, --ref wins over them.",
         )(fn)
 
     return deco
@@ -346,6 +383,31 @@ def load_refs(path: Path | None, fmt: str, ids: Sequence[str]) -> dict[str, tupl
     refs = read_references(path, None if fmt == "auto" else fmt)
     check_same_ids(set(ids), set(refs), "reference", path)
     return refs
+
+
+def resolve_refs(
+    path: Path | None,
+    fmt: str,
+    nbest: NBest,
+    nbest_path: Path,
+    required: bool = True,
+) -> dict[str, tuple[str, ...]] | None:
+    """The references of ``nbest``: the --ref file when given (it wins over references embedded
+    in the lists), else the lists' own (every utterance needs one), else a usage error when
+    ``required`` (None when not)."""
+    if path is not None:
+        if nbest.references is not None:
+            logger.info("--ref %s wins over the references embedded in %s", path, nbest_path)
+        return load_refs(path, fmt, list(nbest))
+    if nbest.references is not None:
+        check_same_ids(set(nbest), set(nbest.references), "embedded reference", nbest_path)
+        logger.info("references embedded in %s used (no --ref)", nbest_path)
+        return dict(nbest.references)
+    if required:
+        raise click.UsageError(
+            f"give --ref: the N-best lists in {nbest_path} hold no references of their own"
+        )
+    return None
 
 
 def load_speakers(path: Path | None, ids: Sequence[str]) -> dict[str, str] | None:

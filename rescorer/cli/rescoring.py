@@ -18,8 +18,11 @@ from rescorer.cli.options import (
     load_refs,
     load_speakers,
     nbest_options,
+    normalize_option,
+    normalized_label,
     out_option,
     ref_options,
+    resolve_refs,
     score_with_lms,
 )
 from rescorer.combine import Weights, one_best, rerank
@@ -27,6 +30,7 @@ from rescorer.core.io import atomic_write
 from rescorer.formats import WRITERS, write_nbest
 from rescorer.lms.contract import LMSpec
 from rescorer.nbest import NBest
+from rescorer.normalize import Normalizer
 from rescorer.refs import write_kaldi_text
 from rescorer.significance import compare
 from rescorer.tune import METHODS, SELECTIONS, TuneOptions, tune
@@ -40,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 @click.command(name="tune")
 @nbest_options
-@ref_options(required=True)
+@ref_options(required=False)
 @lm_options
 @context_options
 @click.option(
@@ -81,11 +85,12 @@ logger = logging.getLogger(__name__)
     "generalised better from dev_clean to dev_other in recipes/librispeech_nbest).",
 )
 @out_option("Where to write the tuned weights (JSON).", required=True)
+@normalize_option
 @handle_errors
 def tune_cmd(
     nbest_path: Path,
     fmt: str,
-    ref_path: Path,
+    ref_path: Path | None,
     ref_format: str,
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
@@ -100,13 +105,15 @@ def tune_cmd(
     selection: str,
     method: str,
     out_path: Path,
+    normalizer: Normalizer,
     context_path: Path | None = None,
     device: str | None = None,
 ) -> None:
     """Tune combination weights on a dev set.
 
     Finds log-linear weights of the chosen features (and the word count) that minimise the
-    corpus word errors of the selected hypotheses; -v logs the search trace.
+    corpus word errors of the selected hypotheses; -v logs the search trace. References come
+    from --ref, else from the N-best file itself (json, jsonl, hyporadise).
 
     \b
     Example:
@@ -114,7 +121,10 @@ def tune_cmd(
           --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
     """
     nbest = load_nbest(nbest_path, fmt)
-    refs = load_refs(ref_path, ref_format, list(nbest))
+    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path)
+    assert refs is not None  # required
+    refs = normalizer.mapping(refs)
+    nbest = normalizer.nbest(nbest)
     contexts = load_contexts(context_path, list(nbest))
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     names = features or nbest.score_names()
@@ -139,19 +149,21 @@ def tune_cmd(
     meta = {
         **result.weights.meta,
         "nbest": str(nbest_path),
-        "ref": str(ref_path),
+        "ref": str(ref_path) if ref_path else f"{nbest_path} (embedded)",
+        "normalize": normalizer.name,
         "lms": {s.name: f"{s.kind}:{s.path}" for s in lm_specs},
     }
     weights = Weights(result.weights.features, result.weights.length, meta)
     weights.save(out_path)
+    tag = normalized_label(normalizer)
     click.echo(
         f"initial %WER {100 * result.initial_errors / max(result.ref_words, 1):.2f} "
-        f"[ {result.initial_errors} / {result.ref_words} ]"
+        f"[ {result.initial_errors} / {result.ref_words} ]{tag}"
     )
     click.echo(
         f"tuned   %WER {100 * result.wer:.2f} [ {result.errors} / {result.ref_words} ] "
         f"({len(result.start_errors)} starts, best errors per start {list(result.start_errors)}, "
-        f"{result.seconds:.1f}s)"
+        f"{result.seconds:.1f}s){tag}"
     )
     for name, w in weights.features.items():
         click.echo(f"  {name:>12s} {w:+.6g}")
@@ -182,6 +194,7 @@ def tune_cmd(
     help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
 )
 @click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
+@normalize_option
 @handle_errors
 def rescore(
     nbest_path: Path,
@@ -194,15 +207,16 @@ def rescore(
     weights_path: Path,
     out_dir: Path,
     utt2spk: Path | None,
+    normalizer: Normalizer,
     context_path: Path | None = None,
     device: str | None = None,
 ) -> None:
     """Rerank N-best lists with tuned weights.
 
-    Writes the reranked lists and the new 1-best.
+    Writes the reranked lists and the new 1-best (in the normalised text with --normalize).
 
-    With --ref, prints the WER of the first-pass 1-best and of the rescored 1-best, and tests
-    the difference for significance.
+    With references (--ref, or those the N-best file holds; --ref wins), prints the WER of the
+    first-pass 1-best and of the rescored 1-best, and tests the difference for significance.
 
     \b
     Example:
@@ -210,11 +224,23 @@ def rescore(
           --lm kenlm:4gram.bin --weights weights.json --out OUTDIR
     """
     weights = Weights.load(weights_path)
+    tuned_with = weights.meta.get("normalize")
+    if tuned_with is not None and tuned_with != normalizer.name:
+        logger.warning(
+            "%s was tuned with --normalize %s, this rescoring uses %s",
+            weights_path,
+            tuned_with,
+            normalizer.name,
+        )
     nbest = load_nbest(nbest_path, fmt)
-    refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else None
+    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, required=False)
+    refs = None if refs is None else normalizer.mapping(refs)
+    nbest = normalizer.nbest(nbest)
     # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
     if utt2spk is not None and refs is None:
-        raise click.UsageError("--utt2spk is only used with --ref")
+        raise click.UsageError(
+            "--utt2spk is only used with --ref (or references in the N-best file)"
+        )
     speakers = load_speakers(utt2spk, list(nbest)) if refs is not None else None
     contexts = load_contexts(context_path, list(nbest))
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
@@ -236,9 +262,10 @@ def rescore(
         return
     base = score_corpus(refs, one_best(nbest), speakers)
     new = score_corpus(refs, best, speakers)
+    tag = normalized_label(normalizer)
     lines = [
-        f"{base.kaldi_line()} first pass",
-        f"{new.kaldi_line()} rescored",
+        f"{base.kaldi_line()} first pass{tag}",
+        f"{new.kaldi_line()} rescored{tag}",
         compare(base, new).summary(),
     ]
     with atomic_write(out_dir / "wer.txt") as f:
@@ -255,6 +282,7 @@ def rescore(
 @context_options
 @ref_options(required=False)
 @out_option("Where to write the lists with the new features (JSONL).", required=True)
+@normalize_option
 @handle_errors
 def score(
     nbest_path: Path,
@@ -267,11 +295,13 @@ def score(
     ref_path: Path | None,
     ref_format: str,
     out_path: Path,
+    normalizer: Normalizer,
 ) -> None:
     """Add LM scores to N-best lists as features, in the lists' own order.
 
     Slow models are then run once: `tune` and `rescore` read the JSONL with the features in it
-    and need no --lm.
+    and need no --lm (nor --ref: the references, --ref or the lists' own, are written into it).
+    With --normalize the models score the normalised text, and the JSONL holds it.
 
     \b
     Example:
@@ -282,10 +312,15 @@ def score(
         raise click.UsageError("give at least one --lm to score with")
     nbest = load_nbest(nbest_path, fmt)
     refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else nbest.references
+    refs = None if refs is None else normalizer.mapping(refs)
+    nbest = normalizer.nbest(nbest)
     contexts = load_contexts(context_path, list(nbest))
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
-    click.echo(f"wrote {len(nbest)} lists with features {list(nbest.score_names())} to {out_path}")
+    click.echo(
+        f"wrote {len(nbest)} lists with features {list(nbest.score_names())} to {out_path}"
+        + normalized_label(normalizer)
+    )
 
 
 # -- convert ------------------------------------------------------------------------------------
@@ -295,16 +330,28 @@ def score(
 @nbest_options
 @click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--ref",
+    "ref_path",
+    type=EXISTING_FILE,
+    help="References (trn or Kaldi text) to embed in the output (json, jsonl, hyporadise), "
+    "in place of any the lists hold.",
+)
 @handle_errors
-def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path) -> None:
+def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path, ref_path: Path | None) -> None:
     """Convert N-best lists between formats.
 
     Scores are converted to the target format's log base or cost convention.
 
     \b
-    Example:
+    Examples:
       rescorer convert --nbest DEV --to jsonl --out dev.jsonl
+      rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
     """
     nbest = load_nbest(nbest_path, fmt)
+    if ref_path is not None:
+        if to_fmt not in ("json", "jsonl", "hyporadise"):
+            raise click.UsageError(f"--ref: the {to_fmt} format has no place for references")
+        nbest = NBest(list(nbest.values()), load_refs(ref_path, "auto", list(nbest)))
     write_nbest(nbest, out_path, to_fmt)
     click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")

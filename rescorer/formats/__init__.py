@@ -17,6 +17,7 @@ srilm3      ``ascore lscore nwords words`` files, one per utterance     ``acoust
 kaldi       ``text`` + ``*_cost`` files, ids ``<uttid>-<N>``           ``<name> = -cost``
 json        ``{utt: {hyp1: {score, text}, ..., ref}}``                  as in the file
 jsonl       one ``{"utt", "hyps", "ref"}`` object per line              as in the file
+hyporadise  ``[{"input": [hyp, ...], "output": ref, "score": [...]}]``  as in the file
 ==========  ==========================================================  =====================
 
 ``srilm2`` has no writer (it needs word times).
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rescorer.core.errors import InputError
-from rescorer.formats import espnet, json_formats, kaldi, srilm
+from rescorer.formats import espnet, hyporadise, json_formats, kaldi, srilm
 from rescorer.formats._common import first_content_line, is_dir, shorten
 from rescorer.nbest import NBest
 
@@ -41,6 +42,7 @@ READERS: dict[str, Callable[[Path], NBest]] = {
     "kaldi": kaldi.read_kaldi,
     "json": json_formats.read_json,
     "jsonl": json_formats.read_jsonl,
+    "hyporadise": hyporadise.read_hyporadise,
 }
 
 WRITERS: dict[str, Callable[[NBest, Path], None]] = {
@@ -50,6 +52,7 @@ WRITERS: dict[str, Callable[[NBest, Path], None]] = {
     "kaldi": kaldi.write_kaldi,
     "json": json_formats.write_json,
     "jsonl": json_formats.write_jsonl,
+    "hyporadise": hyporadise.write_hyporadise,
 }
 
 __all__ = ["READERS", "WRITERS", "detect_format", "read_nbest", "write_nbest"]
@@ -110,9 +113,10 @@ def detect_format(path: str | Path) -> str:
 
     Folders: ``raw_hypotheses/`` or ``<k>best_recog/`` -> espnet; ``text`` (+ ``*_cost``) ->
     kaldi; else SRILM files (by the first file's first line). Files: ``.jsonl``/``.json``
-    suffixes (also ``.gz``), else a first line that is a JSON object (with ``"utt"`` -> jsonl),
-    an ``NBestList`` header or three numbers (srilm), or a file list whose first entry is one
-    of those. Raises :class:`InputError` saying what it looked at when it cannot tell.
+    suffixes (also ``.gz``; a ``.json`` file that starts with ``[`` is hyporadise), else a first
+    line that starts a JSON array (hyporadise) or object (with ``"utt"`` -> jsonl), an
+    ``NBestList`` header or three numbers (srilm), or a file list whose first entry is one of
+    those. Raises :class:`InputError` saying what it looked at when it cannot tell.
     """
     path = Path(path)
     if not path.exists():
@@ -122,13 +126,15 @@ def detect_format(path: str | Path) -> str:
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".jsonl"):
         return "jsonl"
-    if name.endswith(".json"):
-        return "json"
     first = first_content_line(path)
+    if name.endswith(".json"):
+        return "hyporadise" if first and first[1].lstrip(" \t\ufeff").startswith("[") else "json"
     if first is None:
         raise InputError("cannot tell the N-best format of an empty file", path)
     lineno, line = first
     stripped = line.strip()
+    if stripped.lstrip("\ufeff").startswith("["):
+        return "hyporadise"
     if stripped.startswith("{"):
         try:
             obj = json.loads(stripped)

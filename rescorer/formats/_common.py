@@ -6,6 +6,8 @@ from :mod:`rescorer.core.constants`.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 import os
 import re
@@ -55,6 +57,44 @@ def json_number(value: object, path: str | Path, line: int | None, what: str) ->
     if not math.isfinite(result):
         raise InputError(f"{what}: non-finite value {value!r}", path, line)
     return result
+
+
+class DuplicateKey(Exception):
+    """A JSON object repeats ``key`` (raised by :func:`no_duplicate_keys`)."""
+
+    def __init__(self, key: str):
+        self.key = key
+
+
+def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """``object_pairs_hook`` for :mod:`json` that refuses repeated keys."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+@contextlib.contextmanager
+def json_errors(path: str | Path, line: int | None, decoder_lines: bool = False) -> Iterator[None]:
+    """Turn every failure of :mod:`json` decoding inside the block into :class:`InputError`.
+
+    ``line`` names the line the decoded text started on (None: unknown). Syntax errors take the
+    decoder's own line number instead when ``line`` is None or ``decoder_lines`` is set (the
+    text decoded is the whole file, so its line numbers are the file's).
+    """
+    try:
+        yield
+    except json.JSONDecodeError as err:
+        at = err.lineno if line is None or decoder_lines else line
+        raise InputError(f"invalid JSON: {err.msg} (column {err.colno})", path, at) from None
+    except DuplicateKey as err:
+        raise InputError(f"duplicate JSON key {shorten(err.key)!r}", path, line) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply", path, line) from None
+    except ValueError as err:  # e.g. integers with too many digits
+        raise InputError(f"invalid JSON: {shorten(str(err))}", path, line) from None
 
 
 def json_string(value: object, path: str | Path, line: int | None, what: str) -> str:

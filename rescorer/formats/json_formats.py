@@ -32,9 +32,11 @@ from rescorer.formats._common import (
     check_finite,
     check_nbest_fields,
     check_utt_id,
+    json_errors,
     json_number,
     json_string,
     lines,
+    no_duplicate_keys,
     shorten,
     type_name,
 )
@@ -45,33 +47,10 @@ REF_KEY = "ref"
 _HYP_FIELDS = ("text", "tokens")
 
 
-class _DuplicateKey(Exception):
-    def __init__(self, key: str):
-        self.key = key
-
-
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
 def _loads(text: str, path: Path, line: int | None) -> object:
     """Parse JSON text, turning every failure into :class:`InputError`."""
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
-    except json.JSONDecodeError as err:
-        at = line if line is not None else err.lineno
-        raise InputError(f"invalid JSON: {err.msg} (column {err.colno})", path, at) from None
-    except _DuplicateKey as err:
-        raise InputError(f"duplicate JSON key {shorten(err.key)!r}", path, line) from None
-    except RecursionError:
-        raise InputError("JSON nested too deeply", path, line) from None
-    except ValueError as err:  # e.g. integers with too many digits
-        raise InputError(f"invalid JSON: {shorten(str(err))}", path, line) from None
+    with json_errors(path, line):
+        return json.loads(text, object_pairs_hook=no_duplicate_keys)
 
 
 def _tokens(value: object, path: Path, line: int | None, what: str) -> tuple[str, ...] | None:
@@ -113,7 +92,8 @@ def read_json(path: Path) -> NBest:
     path = Path(path)
     obj = _loads("\n".join(line for _, line in lines(path)), path, None)
     if not isinstance(obj, dict):
-        raise InputError(f"expected a JSON object of utterances, got {type_name(obj)}", path)
+        hint = " (an array of records is the hyporadise format)" if isinstance(obj, list) else ""
+        raise InputError(f"expected a JSON object of utterances, got {type_name(obj)}{hint}", path)
     lists = []
     refs: dict[str, tuple[str, ...]] = {}
     for utt, entry in obj.items():

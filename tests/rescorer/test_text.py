@@ -1,27 +1,10 @@
-"""Text normalisation: LibriSpeech style and case mapping."""
+"""Case mapping of words into a model's vocabulary."""
 
 from __future__ import annotations
 
 import pytest
 
-from rescorer.text import case_function, choose_case, librispeech_normalise
-
-
-def test_librispeech_normalise() -> None:
-    line = "\u201cDon\u2019t,\u201d said Mr. \u00c9lan\u2014the well-known 'Smith's' dog."
-    assert librispeech_normalise(line) == [
-        "DON'T",
-        "SAID",
-        "MISTER",
-        "ELAN",
-        "THE",
-        "WELL",
-        "KNOWN",
-        "SMITH'S",
-        "DOG",
-    ]
-    assert librispeech_normalise("Mrs. Dr Jones, 1853!") == ["MISSUS", "DOCTOR", "JONES"]
-    assert librispeech_normalise("  ' -- ") == []
+from rescorer.text import case_function, choose_case
 
 
 def test_choose_case() -> None:

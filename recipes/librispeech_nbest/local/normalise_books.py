@@ -2,7 +2,8 @@
 
 Paragraphs (blank-line separated, hard-wrapped lines joined) are split into sentences after
 ., ! or ? (with any closing quotes or brackets), then each sentence is mapped to upper case
-A-Z and apostrophes by ``rescorer.text.librispeech_normalise``.
+A-Z and apostrophes by ``rescorer.normalize.librispeech_normalise``
+(the ``librispeech`` normaliser of ``--normalize``).
 
 Usage: python normalise_books.py BOOKS_DIR OUT_TXT
 """
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from rescorer.core.io import atomic_write
-from rescorer.text import librispeech_normalise
+from rescorer.normalize import librispeech_normalise
 
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")
 

@@ -15,7 +15,16 @@ FIXTURES = NBEST_FIXTURES
 
 
 def test_registry() -> None:
-    assert set(READERS) == {"espnet", "srilm1", "srilm2", "srilm3", "kaldi", "json", "jsonl"}
+    assert set(READERS) == {
+        "espnet",
+        "srilm1",
+        "srilm2",
+        "srilm3",
+        "kaldi",
+        "json",
+        "jsonl",
+        "hyporadise",
+    }
     assert set(WRITERS) == set(READERS) - {"srilm2"}
     assert type(READERS) is dict and type(WRITERS) is dict
 
@@ -48,7 +57,17 @@ def test_detects_json_by_content(tmp_path: Path) -> None:
     (tmp_path / "a").write_text('{"utt": "x", "hyps": []}\n')
     (tmp_path / "b").write_text('{\n "x": {}\n}\n')
     (tmp_path / "c").write_text('{"x": {"hyp1": {"text": "A"}}}\n')
-    assert [detect_format(tmp_path / n) for n in "abc"] == ["jsonl", "json", "json"]
+    (tmp_path / "d").write_text('\n  [{"input": ["A"]}]\n')
+    (tmp_path / "e.json").write_text('\n[\n {"input": ["A"]}]\n')
+    (tmp_path / "f.json").write_text("")  # left to the json reader to refuse
+    assert [detect_format(tmp_path / n) for n in ("a", "b", "c", "d", "e.json", "f.json")] == [
+        "jsonl",
+        "json",
+        "json",
+        "hyporadise",
+        "hyporadise",
+        "json",
+    ]
 
 
 def test_cannot_tell(tmp_path: Path) -> None:
@@ -116,5 +135,5 @@ def test_round_trip_every_writer(tmp_path: Path, fmt: str) -> None:
                     assert abs(value - h.scores[name]) <= 0.0512
                 else:
                     assert value == pytest.approx(h.scores[name], rel=1e-15)
-            if fmt in ("espnet", "kaldi", "json", "jsonl"):
+            if fmt in ("espnet", "kaldi", "json", "jsonl", "hyporadise"):
                 assert g == h  # exact

@@ -31,12 +31,29 @@ TOKENS = [
     '{"a": "tensor(2)"}', "null", "true", "u", "v", "u-1", "u-2", "v-1", "u-0", "utt1", "<s>",
     "</s>", "-pau-", "é", "▁a", "\x00", "\t", "\r", "\\", "hyp1", "hyp2", '"text"', '"utt"',
     '"hyps"', "ref", "..", "/", ".", "nbest.list", "a.nbest", "b", "(u-u-1)", "(u1)", "\x1c",
-    "\u2028", "\ufeff",
+    "\u2028", "\ufeff", '[{"input": ["a"]}]', '"input"', '"output"', '"id"',
 ]  # fmt: skip
 LINE = st.lists(st.one_of(st.sampled_from(TOKENS), st.text(max_size=4)), max_size=10).map(" ".join)
 TEXT = st.lists(LINE, max_size=6).map("\n".join)
 JSON_KEYS = st.sampled_from(
-    ["utt", "hyps", "text", "scores", "tokens", "ref", "hyp1", "hyp2", "h10", "score", "lm", "u"]
+    [
+        "utt",
+        "hyps",
+        "text",
+        "scores",
+        "tokens",
+        "ref",
+        "hyp1",
+        "hyp2",
+        "h10",
+        "score",
+        "lm",
+        "u",
+        "input",
+        "output",
+        "id",
+        "instruction",
+    ]
 )
 JSON_VALUE = st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=5),
@@ -47,8 +64,15 @@ JSON_VALUE = st.recursive(
     max_leaves=20,
 )
 JSON_TEXT = JSON_VALUE.map(json.dumps)
+RECORD = st.fixed_dictionaries(
+    {"input": st.lists(st.text(max_size=5), max_size=3) | JSON_VALUE},
+    optional={"output": JSON_VALUE, "id": JSON_VALUE, "score": JSON_VALUE},
+)
+RECORDS_TEXT = st.lists(RECORD | JSON_VALUE, max_size=3).map(lambda v: json.dumps(v, indent=1))
 JSONL_TEXT = st.lists(JSON_VALUE.map(json.dumps) | LINE, max_size=4).map("\n".join)
-CONTENT = st.one_of(TEXT, JSON_TEXT, JSONL_TEXT, st.text(max_size=120), st.binary(max_size=120))
+CONTENT = st.one_of(
+    TEXT, JSON_TEXT, JSONL_TEXT, RECORDS_TEXT, st.text(max_size=120), st.binary(max_size=120)
+)
 
 
 def to_bytes(content: str | bytes) -> bytes:
@@ -80,7 +104,7 @@ def check(read: Callable[[Path], object], path: Path, root: Path) -> None:
 @SETTINGS
 @given(
     content=CONTENT,
-    fmt=st.sampled_from(["srilm1", "srilm2", "srilm3", "json", "jsonl"]),
+    fmt=st.sampled_from(["srilm1", "srilm2", "srilm3", "json", "jsonl", "hyporadise"]),
     name=st.sampled_from(["u1.nbest", "u1.nbest.gz", "u1.json", "u1.jsonl.gz"]),
 )
 def test_file_readers_never_crash(content: str | bytes, fmt: str, name: str) -> None:
@@ -213,6 +237,17 @@ def test_json_round_trips_exactly(nb: NBest, fmt: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"x.{fmt}"
         WRITERS[fmt](nb, path)
+        back = read_nbest(path)
+        assert list(back.items()) == list(nb.items())
+        assert back.references == nb.references
+
+
+@SETTINGS
+@given(nb=nbests(with_tokens=False, min_hyps=0))
+def test_hyporadise_round_trips_exactly(nb: NBest) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "x.json"
+        WRITERS["hyporadise"](nb, path)
         back = read_nbest(path)
         assert list(back.items()) == list(nb.items())
         assert back.references == nb.references
