@@ -20,6 +20,7 @@ from rescorer.cli.options import (
     handle_errors,
     lm_case_option,
     load_contexts,
+    normalize_option,
     out_option,
     quiet,
 )
@@ -36,6 +37,7 @@ from rescorer.keyboard import (
 )
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LMSpec
+from rescorer.normalize import Normalizer
 from rescorer.predict import (
     CONSOLE_HELP,
     Predictor,
@@ -47,6 +49,9 @@ from rescorer.predict import (
 )
 
 logger = logging.getLogger(__name__)
+
+# keyboard-eval warns when more of the test words than this are outside the vocabulary.
+OOV_WARNING_RATE = 0.05
 
 
 # -- keyboard prediction ------------------------------------------------------------------------
@@ -269,6 +274,7 @@ def predict_cmd(
     default=None,
     help="Per-sentence results of another system: test this one against it.",
 )
+@normalize_option
 @handle_errors
 def keyboard_eval(
     lm_specs: tuple[LMSpec, ...],
@@ -286,6 +292,7 @@ def keyboard_eval(
     per_sentence_path: Path | None,
     report_path: Path | None,
     compare_path: Path | None,
+    normalizer: Normalizer,
 ) -> None:
     """Simulated typing with prediction: keystroke savings, accuracy, MRR, latency.
 
@@ -301,6 +308,9 @@ def keyboard_eval(
     """
     options = KeyboardOptions(ks=ks, accuracy_ks=accuracy_ks)
     sentences = read_sentences(text_path, text_format)
+    if not normalizer.is_identity:  # the test text as the training text was normalised
+        sentences = [(sid, normalizer.words(words)) for sid, words in sentences]
+        sentences = [(sid, words) for sid, words in sentences if words]
     contexts = load_contexts(context_path, [sid for sid, _ in sentences])
     if limit is not None:
         sentences = sentences[:limit]
@@ -317,6 +327,14 @@ def keyboard_eval(
             json.dump(result.report.to_json(), f, indent=2)
             f.write("\n")
     click.echo(result.report.summary())
+    if result.report.oov_rate > OOV_WARNING_RATE:
+        click.echo(
+            f"warning: {100 * result.report.oov_rate:.1f}% of the test words are outside the "
+            f"{result.report.vocabulary}-word vocabulary and can never be suggested; raw text "
+            "(case, punctuation) is the usual cause: normalise it as the training text was, "
+            "e.g. --normalize english",
+            err=True,
+        )
     if others is not None:
         shared = [k for k in options.ks if k in others[0].keystrokes]
         if not shared:

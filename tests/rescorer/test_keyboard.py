@@ -274,3 +274,23 @@ def test_cli_keyboard_eval_bad_input(tiny_arpa: Path, tmp_path: Path) -> None:
     assert "Traceback" not in res.output
     res = run(["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "0"])
     assert res.exit_code == 2
+
+
+def test_cli_keyboard_eval_warns_about_unknown_words_and_normalises(
+    tiny_arpa: Path, tmp_path: Path
+) -> None:
+    """Raw text (capitals, punctuation) puts test words outside the vocabulary: a warning says
+    so, and --normalize applies the scoring normalisers to the test text."""
+    text = tmp_path / "test.tsv"
+    text.write_text("s1\tA b.\ns2\tB, a\n", encoding="utf-8")
+    raw = run(["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "1"])
+    assert raw.exit_code == 0, raw.output
+    # the model's case mapping finds "A" and "B"; "b." and "B," stay unknown
+    assert "warning: 50.0% of the test words are outside the 2-word vocabulary" in raw.output
+    fixed = run(
+        ["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "1",
+         "--normalize", "lower,punct"]
+    )  # fmt: skip
+    assert fixed.exit_code == 0, fixed.output
+    assert "0.00% outside the 2-word vocabulary" in fixed.output and "warning" not in fixed.output
+    assert "k=1 37.50%" in fixed.output  # the same sentences as the clean test above
