@@ -1,0 +1,221 @@
+"""HuggingFace causal language models behind the LanguageModel contract (``hf:DIR``).
+
+:class:`HFCausalLM` loads any local ``transformers`` causal-LM checkpoint (GPT-2 family, Llama
+family, ...: ``AutoModelForCausalLM`` and ``AutoTokenizer`` from the folder, nothing
+downloaded, safetensors weights only -- a ``pytorch_model.bin`` is a pickle and is refused) and
+scores word hypotheses through the model's own tokenizer.
+
+Sentence convention: a hypothesis ``w1 .. wn`` is the text ``"w1 w2 .. wn"`` (words joined by
+single spaces, after the case mapping below), tokenised without special tokens; the model reads
+the tokenizer's BOS token first (its EOS token when it has no BOS, as GPT-2) and the sentence
+ends with its EOS token::
+
+    log P(sentence) = sum_pieces log P(piece | BOS, earlier pieces) + log P(EOS | BOS, pieces)
+
+A word's value is the sum of its pieces' log-probabilities (a piece belongs to the word its last
+character falls in; a piece of spaces only, to the next word), and the last value is the EOS
+term, as for the toolkit's subword models; no word is unknown. Hypotheses are scored in batches
+of about ``batch_tokens`` padded tokens (right padding, attention mask), sorted by length, on
+CUDA when available.
+
+Case: ASR output is often upper case (LibriSpeech) while these models saw mixed-case text.
+``case="auto"`` lower-cases sentences written entirely in capitals and leaves the rest as they
+are; ``none``, ``lower`` and ``upper`` force a mapping.
+
+All scores are natural-log probabilities.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rescorer.core.device import resolve_device
+from rescorer.lms.base import check_advance, loader, positive
+from rescorer.lms.contract import Context
+from rescorer.text import CASE_MODES, case_function
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class HFState:
+    """A streaming state: the words scored so far (the model is re-run over them)."""
+
+    words: tuple[str, ...]
+
+
+class HFCausalLM:
+    """A local HuggingFace causal LM (see the module docstring for the conventions)."""
+
+    units = "subword"
+
+    def __init__(
+        self,
+        path: str | Path,
+        name: str | None = None,
+        case: str = "auto",
+        device: str | None = None,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    ) -> None:
+        path = Path(path)
+        if case not in CASE_MODES:
+            raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
+        if not path.is_dir():
+            raise ValueError(f"hf: expected a local transformers model folder, got {path}")
+        if not any(path.glob("*.safetensors")):
+            raise ValueError(
+                f"{path}: no *.safetensors weights; pickled weights (pytorch_model.bin) are not "
+                "loaded -- save the model with save_pretrained(..., safe_serialization=True)"
+            )
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers.utils import logging as hf_logging
+        except ImportError as err:
+            raise ValueError(f"hf: models need the transformers package: {err}") from None
+        hf_logging.disable_progress_bar()  # library calls draw no progress bars
+        self._torch = torch
+        self.path = path
+        self.name = name or path.name or "hf"
+        self.case = case
+        self.batch_tokens = positive("batch_tokens", batch_tokens)
+        self.device = resolve_device(device)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path), local_files_only=True, use_safetensors=True
+            )
+        except (OSError, ValueError) as err:
+            raise ValueError(f"{path}: cannot load a transformers causal LM: {err}") from None
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError(f"{path}: a fast tokenizer (tokenizer.json) is needed for offsets")
+        eos = self.tokenizer.eos_token_id
+        bos = self.tokenizer.bos_token_id if self.tokenizer.bos_token_id is not None else eos
+        if eos is None or bos is None:
+            raise ValueError(f"{path}: the tokenizer has no EOS token to end sentences with")
+        self.bos_id, self.eos_id = int(bos), int(eos)
+        self.model = model.to(self.device).eval()
+        logger.info("loaded hf model %s on %s", path, self.device)
+
+    # -- text ------------------------------------------------------------------------------------
+    def _cased(self, words: Sequence[str]) -> list[str]:
+        mode = self.case
+        if mode == "auto":
+            letters = "".join(words)
+            mode = "lower" if letters.isupper() else "none"
+        fn = case_function(mode)
+        return [fn(w) for w in words]
+
+    def pieces(self, words: Sequence[str]) -> tuple[list[int], list[int]]:
+        """The sentence's token ids and, for each, the index of the word it belongs to."""
+        words = self._cased(words)
+        text = " ".join(words)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ends = np.cumsum([len(w) + 1 for w in words]) - 1  # end (exclusive) of each word
+        owner = []
+        for start, end in enc["offset_mapping"]:
+            last = max(start, end - 1)
+            owner.append(int(np.searchsorted(ends, last, side="right")))
+        ids = [int(i) for i in enc["input_ids"]]
+        return ids, [min(o, max(len(words) - 1, 0)) for o in owner]
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        """Per sentence, each word's log-probability (its pieces summed), then EOS's."""
+        encoded = [self.pieces(s) for s in sentences]
+        piece_lp = self._piece_logprobs([ids for ids, _ in encoded])
+        out = []
+        for (ids, owner), lp, words in zip(encoded, piece_lp, sentences, strict=True):
+            values = np.zeros(len(words) + 1, dtype=np.float64)
+            np.add.at(values, np.asarray(owner, dtype=np.int64), lp[: len(ids)])
+            values[-1] = lp[len(ids)]
+            out.append(values)
+        return out
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        return np.array([v.sum() for v in self.token_logprobs(sentences, contexts)])
+
+    def _piece_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """log P of each piece and of EOS after BOS + pieces, batched by padded tokens."""
+        torch = self._torch
+        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+        out: list[np.ndarray] = [np.empty(0)] * len(sequences)
+        start = 0
+        while start < len(order):
+            width = len(sequences[order[start]]) + 1
+            stop = start + 1
+            while stop < len(order):
+                width = len(sequences[order[stop]]) + 1  # sorted: the last one is the widest
+                if (stop - start + 1) * width > self.batch_tokens:
+                    break
+                stop += 1
+            batch = [sequences[i] for i in order[start:stop]]
+            t = max(len(s) for s in batch) + 1
+            inputs = torch.full((len(batch), t), self.eos_id, dtype=torch.long)
+            targets = torch.full((len(batch), t), self.eos_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), t), dtype=torch.long)
+            for r, seq in enumerate(batch):
+                n = len(seq)
+                inputs[r, : n + 1] = torch.tensor([self.bos_id, *seq], dtype=torch.long)
+                targets[r, :n] = torch.tensor(list(seq), dtype=torch.long)
+                mask[r, : n + 1] = 1
+            with torch.inference_mode():
+                logits = self.model(
+                    input_ids=inputs.to(self.device), attention_mask=mask.to(self.device)
+                ).logits.float()
+                lp = torch.log_softmax(logits, dim=-1)
+                picked = lp.gather(2, targets.to(self.device).unsqueeze(2)).squeeze(2)
+            picked_np = picked.double().cpu().numpy()
+            for r, i in enumerate(order[start:stop]):
+                out[i] = picked_np[r, : len(sequences[i]) + 1]
+            start = stop
+        return out
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """No word is unknown to a model over subword pieces."""
+        return [np.zeros(len(s), dtype=bool) for s in sentences]
+
+    # -- streaming (the prefix is re-scored: simple and consistent with token_logprobs) ----------
+    def start(self, context: Context | None = None) -> HFState:
+        return HFState(())
+
+    def advance(
+        self, states: Sequence[HFState], tokens: Sequence[str]
+    ) -> tuple[np.ndarray, list[HFState]]:
+        check_advance(states, tokens)
+        out = np.empty(len(tokens), dtype=np.float64)
+        new: list[HFState] = []
+        for i, (state, token) in enumerate(zip(states, tokens, strict=True)):
+            if token == "</s>":
+                out[i] = self.token_logprobs([state.words])[0][-1]
+                new.append(state)
+                continue
+            words = (*state.words, token)
+            out[i] = self.token_logprobs([words])[0][-2]
+            new.append(HFState(words))
+        return out, new
+
+    def describe(self) -> dict[str, Any]:
+        return {"units": self.units, "device": str(self.device), "case": self.case}
+
+    def __repr__(self) -> str:
+        return f"HFCausalLM({str(self.path)!r}, device={str(self.device)!r})"
+
+
+load_hf_lm = loader(HFCausalLM, "device", "batch_tokens")
