@@ -76,7 +76,8 @@ from lm_models.lstm.model import ContextLSTM
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from rescorer.core.context_key import ContextField, numbers
 from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write, read_lines
+from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
 
 logger = logging.getLogger(__name__)
 

@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import bisect
 import gzip
-import json
 import logging
 import math
 import sys
@@ -78,6 +77,7 @@ import numpy as np
 from rescorer.core.constants import BOS, EOS, UNK
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.core.json_input import json_object, parse_json
 from rescorer.lms.contract import Context, LanguageModel
 from rescorer.lms.kenlm import KenLM
 from rescorer.text import CASE_MODES, case_function
@@ -809,14 +809,7 @@ def read_requests(path: str | Path) -> list[PredictRequest]:
             raise InputError(f"the partial word must be one word, got {prefix!r}", path, lineno)
         context = None
         if len(cols) == 3 and cols[2].strip():
-            try:
-                context = json.loads(cols[2])
-            except json.JSONDecodeError as err:
-                raise InputError(f"context: invalid JSON ({err.msg})", path, lineno) from None
-            if not isinstance(context, dict):
-                raise InputError(
-                    f"context: expected a JSON object, got {type(context).__name__}", path, lineno
-                )
+            context = json_object(parse_json(cols[2], path, lineno), path, lineno, "context")
         out.append(PredictRequest(lineno, tuple(cols[0].split()), prefix, context))
     return out
 

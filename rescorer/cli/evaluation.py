@@ -11,6 +11,7 @@ from rescorer.cli.options import (
     EXISTING,
     EXISTING_FILE,
     FORMAT_CHOICE,
+    OUT_FILE,
     echo_report,
     handle_errors,
     load_nbest,
@@ -20,7 +21,7 @@ from rescorer.cli.options import (
 )
 from rescorer.combine import one_best
 from rescorer.core.errors import check_same_ids
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 from rescorer.refs import read_references
 from rescorer.significance import compare
 from rescorer.wer import oracle, score_corpus
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 @click.option("--cer", is_flag=True, help="Character error rate instead of word error rate.")
 @click.option(
     "--per-utt",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     help="Write a per-utterance error table here.",
 )
 @click.option(

@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from rescorer.cli.options import (
     EXISTING_FILE,
+    OUT_FILE,
     F,
     InputFailure,
     LMSpecType,
@@ -23,7 +24,7 @@ from rescorer.cli.options import (
     out_option,
     quiet,
 )
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 from rescorer.keyboard import (
     TEXT_FORMATS,
     KeyboardOptions,
@@ -251,14 +252,14 @@ def predict_cmd(
 @click.option(
     "--per-sentence",
     "per_sentence_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     default=None,
     help="Write per-sentence results (JSONL) here, for keyboard-compare.",
 )
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     default=None,
     help="Write the totals (JSON) here.",
 )

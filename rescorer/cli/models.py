@@ -13,6 +13,7 @@ from export.format import KINDS as EXPORT_KINDS
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
+    OUT_FILE,
     InputFailure,
     LMSpecType,
     NumberList,
@@ -141,7 +142,7 @@ def ngram() -> None:
 @click.option("--binary-type", type=click.Choice(BINARY_TYPES), default="trie", show_default=True)
 @click.option("--discount-fallback", is_flag=True, help="Fallback discounts for tiny corpora.")
 @click.option("--skip-symbols", is_flag=True, help="Treat <s>, </s>, <unk> in text as spaces.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--out", "out_path", type=OUT_FILE, required=True)
 @handle_errors
 def ngram_build(
     texts: tuple[Path, ...],
@@ -283,7 +284,7 @@ def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
 @click.option(
     "--pca",
     "pca_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     help="Write a 2-D PCA plot of the context embeddings here (PNG).",
 )
 @handle_errors
@@ -334,7 +335,7 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
 
 @click.command(name="export")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("out_path", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.onnx")
+@click.argument("out_path", type=OUT_FILE, metavar="OUT.onnx")
 @click.option(
     "--kind",
     type=click.Choice(EXPORT_KINDS),

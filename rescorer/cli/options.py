@@ -1,8 +1,11 @@
 """Shared pieces of the command modules: error handling, parameter types, option groups, loaders.
 
-Data errors (:class:`~rescorer.core.errors.InputError`, ``ValueError`` from the library) become one
-line naming the file and line, exit status 2 (:func:`handle_errors`); click's usage errors stay for
-wrong command-line usage. Command modules import this module; it imports none of them.
+Data errors (:class:`~rescorer.core.errors.InputError` and ``OutputError``, a ``ValueError`` from
+the library, an ``OSError`` on a file) become one line naming the file and line, exit status 2
+(:func:`handle_errors`); click's usage block is kept for wrong command-line usage (unknown
+options, bad option values, missing files named on the command line). Output paths are checked
+when the options are parsed (:class:`OutputPath`), before any input is read. Command modules
+import this module; it imports none of them.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from typing import Any, TypeVar
 import click
 
 from rescorer.contexts import check_context_ids, read_contexts
-from rescorer.core.errors import InputError, check_same_ids
-from rescorer.core.io import read_lines
+from rescorer.core.errors import FileError, InputError, OutputError, check_same_ids
+from rescorer.core.io import check_input_file, read_lines
+from rescorer.core.output import check_output_dir, check_output_file
 from rescorer.features import LMFeatureReport, add_lm_scores
 from rescorer.formats import READERS, detect_format, read_nbest
 from rescorer.lms import LOADERS, load_lm, parse_spec
@@ -28,9 +32,6 @@ from rescorer.ngram import KenLMToolError
 from rescorer.refs import read_references, read_utt2spk
 from rescorer.text import CASE_MODES
 from rescorer.wer import WerReport
-
-logger = logging.getLogger(__name__)
-
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +52,15 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except InputError as err:
+        except FileError as err:
             raise InputFailure(str(err)) from None
         except KenLMToolError as err:
             raise click.ClickException(str(err)) from None
-        except ValueError as err:
-            raise click.UsageError(str(err)) from None
+        except ValueError as err:  # the library's check of a value: data, not usage
+            raise InputFailure(str(err)) from None
+        except OSError as err:
+            where = f"{err.filename}: " if err.filename else ""
+            raise InputFailure(f"{where}{err.strerror or err}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -127,15 +131,58 @@ class NumberList(click.ParamType):
 FORMAT_CHOICE = click.Choice(["auto", *sorted(READERS)])
 
 
-EXISTING = click.Path(exists=True, path_type=Path)
+class InputPath(click.ParamType):
+    """An input the command reads: a file (or, with ``folder_ok=True``, a file or a folder).
+
+    A missing path, a folder where a file is wanted, a device or a socket is one line naming
+    the path and exit status 2 (:func:`rescorer.core.io.check_input_file`), not a usage block.
+    """
+
+    def __init__(self, folder_ok: bool = False) -> None:
+        self.folder_ok = folder_ok
+        self.name = "PATH" if folder_ok else "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(value)
+        if self.folder_ok and path.is_dir():
+            return path
+        try:
+            return check_input_file(path)
+        except InputError as err:
+            raise InputFailure(str(err)) from None
 
 
-EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+EXISTING = InputPath(folder_ok=True)
+EXISTING_FILE = InputPath()
 MODEL_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
-OUT_FILE = click.Path(dir_okay=False, path_type=Path)
+class OutputPath(click.ParamType):
+    """A file (or, with ``folder=True``, a folder) the command writes, checked up front.
+
+    A target that cannot be written (a directory where a file is wanted, a device, FIFO or
+    socket, a read-only file, a path under a file, a folder without write permission) is one
+    line naming the path and exit status 2 (:mod:`rescorer.core.output`), before any input
+    is read.
+    """
+
+    def __init__(self, folder: bool = False) -> None:
+        self.folder = folder
+        self.name = "DIR" if folder else "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(value)
+        try:
+            (check_output_dir if self.folder else check_output_file)(path)
+        except OutputError as err:
+            raise InputFailure(str(err)) from None
+        return path
+
+
+OUT_FILE = OutputPath()
 """A file the command writes (``--out``, ``--per-utt``, ...)."""
+OUT_DIR = OutputPath(folder=True)
+"""A folder of files the command writes as one set (``rescore --out``)."""
 
 TEXT_FORMATS = ("plain", "kaldi", "trn")
 """Formats of a text to score: words only, Kaldi ``uttid words``, sclite trn."""
