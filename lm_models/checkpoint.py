@@ -37,6 +37,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from rescorer.core.io import read_tokens
+from rescorer.core.json_input import read_json
+
 logger = logging.getLogger(__name__)
 
 FORMAT = "rescorer-checkpoint"
@@ -178,10 +181,7 @@ def save_checkpoint(
 def _read_json(file: Path) -> Any:
     if not file.is_file():
         raise ValueError(f"{file}: missing (expected a {FORMAT} folder)")
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{file}: not valid JSON: {exc}") from None
+    return read_json(file)
 
 
 def load_checkpoint(
@@ -216,13 +216,7 @@ def load_checkpoint(
     vocab_file = path / VOCAB_FILE
     if not vocab_file.is_file():
         raise ValueError(f"{vocab_file}: missing")
-    try:
-        text = vocab_file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{vocab_file}: not UTF-8: {exc}") from None
-    tokens = text.split("\n")
-    if tokens and tokens[-1] == "":
-        tokens.pop()
+    tokens = read_tokens(vocab_file)
     if len(tokens) != config.vocab_size:
         raise ValueError(
             f"{vocab_file}: has {len(tokens)} tokens but {CONFIG_FILE} says "
@@ -257,6 +251,10 @@ def load_checkpoint(
             )
         if not tensor.is_floating_point():
             raise ValueError(f"{weights_file}: tensor {name!r} has dtype {tensor.dtype}")
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(
+                f"{weights_file}: tensor {name!r}: expected finite weights, got NaN or infinity"
+            )
     dtypes = {t.dtype for t in weights.values()}
     model.to(device=device, dtype=dtypes.pop() if len(dtypes) == 1 else None)
     model.load_state_dict(weights, strict=True)

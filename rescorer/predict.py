@@ -61,7 +61,6 @@ unchanged; see :mod:`rescorer.text`), and suggests words as the vocabulary spell
 from __future__ import annotations
 
 import bisect
-import gzip
 import logging
 import math
 import sys
@@ -79,7 +78,7 @@ from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
 from rescorer.core.json_input import json_object, parse_json
 from rescorer.lms.contract import Context, LanguageModel
-from rescorer.lms.kenlm import KenLM
+from rescorer.lms.kenlm import KenLM, is_arpa_text, read_head
 from rescorer.text import CASE_MODES, case_function
 
 logger = logging.getLogger(__name__)
@@ -154,34 +153,22 @@ def read_arpa_unigrams(path: str | Path) -> list[str] | None:
     KenLM binaries (and anything else that does not start with ``\\data\\``) give None.
     """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    if not is_arpa_text(read_head(path)):
+        return None
     words: list[str] = []
-    try:
-        with opener(path, "rb") as f:
-            head = b""
-            for raw in f:
-                head = raw.strip()
-                if head:
-                    break
-            if head != b"\\data\\":
-                return None
-            in_unigrams = False
-            for lineno, raw in enumerate(f, start=2):
-                line = raw.decode("utf-8", errors="replace").strip()
-                if line.startswith("\\"):
-                    if in_unigrams:
-                        break
-                    in_unigrams = line == "\\1-grams:"
-                    continue
-                if in_unigrams and line:
-                    parts = line.split()
-                    if len(parts) < 2:
-                        raise InputError(
-                            f"expected 'logprob word [backoff]', got {line!r}", path, lineno
-                        )
-                    words.append(parts[1])
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise InputError(f"cannot read the ARPA vocabulary ({err})", path) from None
+    in_unigrams = False
+    for lineno, line in read_lines(path):
+        line = line.strip()
+        if line.startswith("\\"):
+            if in_unigrams:
+                break
+            in_unigrams = line == "\\1-grams:"
+            continue
+        if in_unigrams and line:
+            parts = line.split()
+            if len(parts) < 2:
+                raise InputError(f"expected 'logprob word [backoff]', got {line!r}", path, lineno)
+            words.append(parts[1])
     return words
 
 

@@ -83,6 +83,12 @@ def ppl(
     words = int(sum(len(f) for f in flags))
     total = float(sum(lp.sum() for lp in logps))
     tokens = int(sum(len(lp) for lp in logps))
+    if not math.isfinite(total):
+        raise InputError(
+            f"expected finite log-probabilities from the model, got {total} (NaN or infinite "
+            "weights in it?)",
+            lm_spec.path,
+        )
     click.echo(
         f"{len(sentences)} sentences, {words} words, {oov} OOVs ({100 * oov / max(words, 1):.2f}%)"
     )

@@ -46,7 +46,7 @@ def check_input_file(path: str | Path) -> Path:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
-        raise InputError("expected an existing file, found nothing there", path) from None
+        raise InputError("file not found: expected an existing file there", path) from None
     except (OSError, ValueError) as err:
         raise InputError(f"expected a readable file, got {_reason(err)}", path) from None
     if stat.S_ISDIR(mode):
@@ -146,6 +146,22 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         raise InputError(f"corrupt gzip data: expected a gzip stream ({err})", path) from None
     except OSError as err:
         raise InputError(f"cannot read the file: {_reason(err)}", path) from None
+
+
+def read_tokens(path: str | Path) -> list[str]:
+    """A vocabulary file: one token per line, every line a token; a repeated token is refused."""
+    tokens: list[str] = []
+    first: dict[str, int] = {}
+    for lineno, token in read_lines(path):
+        if token in first:
+            raise InputError(
+                f"expected each token once, got {token!r} again (first on line {first[token]})",
+                path,
+                lineno,
+            )
+        first[token] = lineno
+        tokens.append(token)
+    return tokens
 
 
 def read_text(path: str | Path) -> str:

@@ -78,7 +78,7 @@ def parse_json(text: str, path: str | Path | None = None, line: int | None = Non
         raise InputError(str(err), path, line) from None
     except RecursionError:
         raise InputError(
-            f"JSON nested too deeply: expected at most {MAX_DEPTH} levels", path, line
+            f"invalid JSON: nested too deeply (expected at most {MAX_DEPTH} levels)", path, line
         ) from None
     except ValueError as err:  # integers with more digits than int() converts
         raise InputError(f"invalid JSON: {shorten(str(err))}", path, line) from None
@@ -86,7 +86,8 @@ def parse_json(text: str, path: str | Path | None = None, line: int | None = Non
         depth = _depth(value)
         if depth > MAX_DEPTH:
             raise InputError(
-                f"JSON nested too deeply: expected at most {MAX_DEPTH} levels, got {depth}",
+                f"invalid JSON: nested too deeply (expected at most {MAX_DEPTH} levels, got "
+                f"{depth})",
                 path,
                 line,
             )
