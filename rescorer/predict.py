@@ -798,6 +798,8 @@ def read_requests(path: str | Path) -> list[PredictRequest]:
         if len(cols) == 3 and cols[2].strip():
             context = json_object(parse_json(cols[2], path, lineno), path, lineno, "context")
         out.append(PredictRequest(lineno, tuple(cols[0].split()), prefix, context))
+    if not out:
+        raise InputError("expected lines 'history[<TAB>prefix[<TAB>context JSON]]', got none", path)
     return out
 
 

@@ -98,8 +98,9 @@ def wer(
         nbest = load_nbest(nbest_path, fmt)
         hyps = one_best(nbest)
         label = f"{nbest_path} (first hypotheses)"
-    refs = load_refs(ref_path, ref_format, list(hyps))
-    speakers = load_speakers(utt2spk, list(hyps))
+    source = hyp_path or nbest_path
+    refs = load_refs(ref_path, ref_format, list(hyps), source)
+    speakers = load_speakers(utt2spk, list(hyps), source)
     report = score_corpus(refs, hyps, speakers, unit=unit)
     if summary:
         click.echo(report.summary())
@@ -113,7 +114,7 @@ def wer(
         echo_report(f"oracle over {max(len(nb) for nb in nbest.values())}-best", orc.report)
     if compare_path is not None:
         other = read_references(compare_path, "kaldi")
-        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path)
+        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path, against=source)
         report_b = score_corpus(refs, other, speakers, unit=unit)
         echo_report(str(compare_path), report_b)
         click.echo(compare(report, report_b).summary())

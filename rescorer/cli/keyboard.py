@@ -24,6 +24,7 @@ from rescorer.cli.options import (
     out_option,
     quiet,
 )
+from rescorer.core.errors import check_same_ids
 from rescorer.core.output import atomic_write
 from rescorer.keyboard import (
     TEXT_FORMATS,
@@ -302,7 +303,7 @@ def keyboard_eval(
     """
     options = KeyboardOptions(ks=ks, accuracy_ks=accuracy_ks)
     sentences = read_sentences(text_path, text_format)
-    contexts = load_contexts(context_path, [sid for sid, _ in sentences])
+    contexts = load_contexts(context_path, [sid for sid, _ in sentences], text_path)
     if limit is not None:
         sentences = sentences[:limit]
     others = read_sentence_results(compare_path) if compare_path is not None else None
@@ -319,6 +320,8 @@ def keyboard_eval(
             f.write("\n")
     click.echo(result.report.summary())
     if others is not None:
+        ids = {r.id for r in result.sentences}
+        check_same_ids(ids, {r.id for r in others}, f"sentence (as in {text_path})", compare_path)
         shared = [k for k in options.ks if k in others[0].keystrokes]
         if not shared:
             raise InputFailure(f"{compare_path}: has no keystroke counts for k in {options.ks}")
@@ -354,10 +357,11 @@ def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, see
     """
     a = read_sentence_results(a_path)
     b = read_sentence_results(b_path)
+    check_same_ids({r.id for r in a}, {r.id for r in b}, f"sentence (as in {a_path})", b_path)
     common = sorted(set(a[0].keystrokes) & set(b[0].keystrokes))
     chosen = ks or tuple(common)
     if not chosen:
-        raise click.UsageError(f"{a_path} and {b_path} share no number of suggestions")
+        raise InputFailure(f"{b_path}: expected a number of suggestions also in {a_path}, got none")
     for k in chosen:
         if k not in common:
             raise click.BadParameter(f"k={k} is not in both files (have {common})")

@@ -74,7 +74,7 @@ def ppl(
         )
     texts = read_text_sentences(text_path, text_format)
     sentences = list(texts.values())
-    by_utt = None if text_format == "plain" else load_contexts(context_path, list(texts))
+    by_utt = None if text_format == "plain" else load_contexts(context_path, list(texts), text_path)
     contexts = None if by_utt is None else [by_utt[utt] for utt in texts]
     lm = load_lm(lm_spec, case=lm_case, **({} if device is None else {"device": device}))
     logps = lm.token_logprobs(sentences, contexts)

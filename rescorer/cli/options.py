@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
-from rescorer.contexts import check_context_ids, read_contexts
+from rescorer.contexts import read_contexts
 from rescorer.core.errors import FileError, InputError, OutputError, check_same_ids
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import check_output_dir, check_output_file
@@ -86,7 +86,7 @@ class LMSpecType(click.ParamType):
         except ValueError as err:
             self.fail(str(err), param, ctx)
         if not spec.path.exists():
-            self.fail(f"model file {str(spec.path)!r} does not exist", param, ctx)
+            raise InputFailure(f"{spec.path}: model file not found: expected an existing file")
         return spec
 
 
@@ -360,11 +360,14 @@ def context_options(fn: F) -> F:
     )(fn)
 
 
-def load_contexts(path: Path | None, ids: Sequence[str]) -> dict[str, dict[str, str]] | None:
+def load_contexts(
+    path: Path | None, ids: Sequence[str], source: Path | None = None
+) -> dict[str, dict[str, str]] | None:
+    """Contexts of exactly the utterances ``ids`` (read from ``source``, named on a mismatch)."""
     if path is None:
         return None
     contexts = read_contexts(path)
-    check_context_ids(ids, contexts, path)
+    check_same_ids(set(ids), set(contexts), "context", path, against=source)
     return contexts
 
 
@@ -377,21 +380,27 @@ def load_nbest(path: Path, fmt: str) -> NBest:
     return nbest
 
 
-def load_refs(path: Path | None, fmt: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+def load_refs(
+    path: Path | None, fmt: str, ids: Sequence[str], source: Path | None = None
+) -> dict[str, tuple[str, ...]]:
+    """References of exactly the utterances ``ids`` (read from ``source``, named on a mismatch)."""
     if path is None:
         raise click.UsageError("--ref is required here")
     refs = read_references(path, None if fmt == "auto" else fmt)
-    check_same_ids(set(ids), set(refs), "reference", path)
+    check_same_ids(set(ids), set(refs), "reference", path, against=source)
     return refs
 
 
-def load_speakers(path: Path | None, ids: Sequence[str]) -> dict[str, str] | None:
+def load_speakers(
+    path: Path | None, ids: Sequence[str], source: Path | None = None
+) -> dict[str, str] | None:
+    """Speakers of (at least) the utterances ``ids`` (read from ``source``)."""
     if path is None:
         return None
     spk = read_utt2spk(path)
     missing = set(ids) - set(spk)
     if missing:  # a map of a larger corpus is fine; every utterance here needs a speaker
-        check_same_ids(set(ids), set(spk) & set(ids), "utt2spk", path)
+        check_same_ids(set(ids), set(spk) & set(ids), "utt2spk", path, against=source)
     return spk
 
 

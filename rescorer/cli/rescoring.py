@@ -118,8 +118,8 @@ def tune_cmd(
           --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
     """
     nbest = load_nbest(nbest_path, fmt)
-    refs = load_refs(ref_path, ref_format, list(nbest))
-    contexts = load_contexts(context_path, list(nbest))
+    refs = load_refs(ref_path, ref_format, list(nbest), nbest_path)
+    contexts = load_contexts(context_path, list(nbest), nbest_path)
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     names = features or nbest.score_names()
     initial = Weights.load(init_path) if init_path else None
@@ -215,12 +215,12 @@ def rescore(
     """
     weights = Weights.load(weights_path)
     nbest = load_nbest(nbest_path, fmt)
-    refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else None
+    refs = load_refs(ref_path, ref_format, list(nbest), nbest_path) if ref_path else None
     # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
     if utt2spk is not None and refs is None:
         raise click.UsageError("--utt2spk is only used with --ref")
-    speakers = load_speakers(utt2spk, list(nbest)) if refs is not None else None
-    contexts = load_contexts(context_path, list(nbest))
+    speakers = load_speakers(utt2spk, list(nbest), nbest_path) if refs is not None else None
+    contexts = load_contexts(context_path, list(nbest), nbest_path)
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     missing = [n for n in weights.names if n not in nbest.score_names()]
     if missing:
@@ -287,8 +287,10 @@ def score(
     if not lm_specs:
         raise click.UsageError("give at least one --lm to score with")
     nbest = load_nbest(nbest_path, fmt)
-    refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else nbest.references
-    contexts = load_contexts(context_path, list(nbest))
+    refs = (
+        load_refs(ref_path, ref_format, list(nbest), nbest_path) if ref_path else nbest.references
+    )
+    contexts = load_contexts(context_path, list(nbest), nbest_path)
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
     click.echo(f"wrote {len(nbest)} lists with features {list(nbest.score_names())} to {out_path}")

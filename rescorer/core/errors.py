@@ -77,7 +77,12 @@ def check_same_ids(
     got: set[str] | frozenset[str],
     what: str,
     path: str | Path | None = None,
+    against: str | Path | None = None,
 ) -> None:
-    """Raise :class:`InputError` when ``got`` (ids of ``what``) differs from ``expected``."""
+    """Raise :class:`InputError` when ``got`` (ids of ``what``, read from ``path``) differs from
+    ``expected`` (the ids of ``against``, named in the message when given)."""
     if set(expected) != set(got):
-        raise InputError(f"{what} ids do not match: {describe_id_mismatch(expected, got)}", path)
+        theirs = "" if against is None else f" those of {against}"
+        raise InputError(
+            f"{what} ids do not match{theirs}: {describe_id_mismatch(expected, got)}", path
+        )

@@ -55,8 +55,10 @@ class KenLM:
         with normalised_arpa(path) as readable:
             try:
                 self._model = kenlm.Model(str(readable))
-            except (OSError, RuntimeError) as err:
-                raise ValueError(f"cannot load KenLM model {path}: {err}") from None
+            except (OSError, RuntimeError, ValueError) as err:  # ValueError: undecodable text
+                raise InputError(
+                    f"expected a KenLM model (ARPA text or binary), got an error: {err}", path
+                ) from None
         self._kenlm = kenlm
         self.name = name or path.name.split(".")[0]
         self.path = path

@@ -702,7 +702,7 @@ def test_ppl_errors(tmp_path: Path, tiny_arpa: Path) -> None:
     assert_input_error(run(["ppl", "--lm", f"kenlm:{tiny_arpa}", "--text", empty]), "no sentences")
     text = write(tmp_path / "t.txt", "a b\n")
     missing = run(["ppl", "--lm", f"kenlm:{tmp_path / 'none.arpa'}", "--text", text])
-    assert_usage_error(missing, "none.arpa", "does not exist")
+    assert_input_error(missing, "none.arpa: model file not found")
     unknown_kind = run(["ppl", "--lm", f"nosuchkind:{tiny_arpa}", "--text", text])
     assert_usage_error(unknown_kind, "nosuchkind")
     bad_trn = write(tmp_path / "bad.trn", "a b\n")
