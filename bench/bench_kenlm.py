@@ -26,8 +26,8 @@ import kenlm
 import numpy as np
 
 from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import cpu_name
+from rescorer.core.output import atomic_write
 from rescorer.features import add_lm_scores
 from rescorer.formats import read_nbest
 from rescorer.lms.contract import sentence_scores

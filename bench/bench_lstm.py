@@ -31,8 +31,8 @@ from lm_models.lstm.context import ContextVariable
 from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.vocab import build_vocabulary
 from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import cpu_name
+from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
 from rescorer.lms.torch import TorchLM
 

@@ -32,8 +32,8 @@ from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.lstm.train import LossModule
 from lm_models.word_classes import shortlist_classes
 from rescorer.core.data import REPO_ROOT
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 
 UNK, BOS, EOS = 0, 1, 2
 BOOKS = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp" / "lm" / "books.txt"

@@ -301,8 +301,8 @@ def main() -> None:
         return
     sys.path.insert(0, str(REPO))
     from rescorer.core.data import default_data_dir
-    from rescorer.core.io import atomic_write
     from rescorer.core.machine import cpu_name
+    from rescorer.core.output import atomic_write
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--before", default=BEFORE_DEFAULT, help="git revision of the 'before' tree")

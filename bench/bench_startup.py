@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 
 HYP = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp" / "3_4gram" / "dev_other" / "1best.txt"
 JIWER = """

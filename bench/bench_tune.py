@@ -25,8 +25,8 @@ import numpy as np
 
 from rescorer.combine import feature_matrix
 from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
 from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, _column_scale, _Problem, _upper_envelope, tune

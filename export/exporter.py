@@ -76,7 +76,9 @@ from lm_models.lstm.model import ContextLSTM
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID
 from rescorer.core.context_key import ContextField, numbers
 from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write, read_lines
+from rescorer.core.io import read_lines
+from rescorer.core.json_input import parse_json
+from rescorer.core.output import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -268,10 +270,7 @@ def read_context_records(
     for lineno, line in read_lines(path):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"not valid JSON ({err.msg})", path, lineno) from None
+        record = parse_json(line, path, lineno)
         if not isinstance(record, dict):
             raise InputError(
                 f"expected a JSON object {{field: value}}, got {type(record).__name__}",

@@ -41,7 +41,7 @@ from export.format import FORMAT_VERSION, LBL_KIND
 from export.format import LBL_FORMAT as FORMAT
 from lm_models.lbl.model import LBL, attribute_ids, load_lbl
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 logger = logging.getLogger(__name__)
 

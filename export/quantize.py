@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnx
 
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 logger = logging.getLogger(__name__)
 

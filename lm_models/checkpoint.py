@@ -37,6 +37,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from rescorer.core.io import read_tokens
+from rescorer.core.json_input import read_json
+
 logger = logging.getLogger(__name__)
 
 FORMAT = "rescorer-checkpoint"
@@ -178,10 +181,7 @@ def save_checkpoint(
 def _read_json(file: Path) -> Any:
     if not file.is_file():
         raise ValueError(f"{file}: missing (expected a {FORMAT} folder)")
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{file}: not valid JSON: {exc}") from None
+    return read_json(file)
 
 
 def _expected_shapes(model_cls: type, config: Any, config_file: Path) -> dict[str, tuple]:
@@ -237,26 +237,12 @@ def load_checkpoint(
     vocab_file = path / VOCAB_FILE
     if not vocab_file.is_file():
         raise ValueError(f"{vocab_file}: missing")
-    try:
-        text = vocab_file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{vocab_file}: not UTF-8: {exc}") from None
-    tokens = text.split("\n")
-    if tokens and tokens[-1] == "":
-        tokens.pop()
+    tokens = read_tokens(vocab_file)
     if len(tokens) != config.vocab_size:
         raise ValueError(
             f"{vocab_file}: has {len(tokens)} tokens but {CONFIG_FILE} says "
             f"vocab_size={config.vocab_size}"
         )
-    first: dict[str, int] = {}
-    for lineno, token in enumerate(tokens, 1):
-        if token in first:  # two ids for one token: lookups would silently take one of them
-            raise ValueError(
-                f"{vocab_file}:{lineno}: token {token!r} repeats line {first[token]} "
-                "(expected distinct tokens)"
-            )
-        first[token] = lineno
 
     weights_file = path / WEIGHTS_FILE
     if not weights_file.is_file():

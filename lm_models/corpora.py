@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.core.json_input import parse_json
 
 logger = logging.getLogger(__name__)
 
@@ -586,16 +587,7 @@ def read_jsonl(
     for lineno, line in read_lines(path):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(
-                f"invalid JSON: {err.msg} (column {err.colno})", path, lineno
-            ) from None
-        except RecursionError:
-            raise InputError("invalid JSON: nested too deeply", path, lineno) from None
-        except ValueError as err:  # e.g. an integer with too many digits
-            raise InputError(f"invalid JSON: {err}", path, lineno) from None
+        obj = parse_json(line, path, lineno)
         if not isinstance(obj, dict):
             raise InputError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
         doc_id = obj.get("id")

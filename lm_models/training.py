@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
 import math
 import time
@@ -32,6 +31,8 @@ from typing import Any, NamedTuple, TypeVar, get_type_hints
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
+
+from rescorer.core.json_input import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +85,7 @@ class SectionedConfig:
 
     @classmethod
     def load(cls: type[_Config], path: str | Path) -> _Config:
-        try:
-            raw = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path}: cannot read the training config ({err})") from None
+        raw = read_json(path)
         try:
             return cls.from_json(raw)
         except (TypeError, ValueError) as err:

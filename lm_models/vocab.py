@@ -27,7 +27,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write, read_lines
+from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
 
 logger = logging.getLogger(__name__)
 

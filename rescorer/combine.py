@@ -17,12 +17,14 @@ from typing import Any
 import numpy as np
 
 from rescorer.core.constants import LENGTH_FEATURE, TOTAL_SCORE
-from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write
+from rescorer.core.errors import InputError, shorten
+from rescorer.core.json_input import json_number, json_object, read_json
+from rescorer.core.output import atomic_write
 from rescorer.nbest import NBest, NBestList
 
 WEIGHTS_FORMAT = "rescorer-weights"
 WEIGHTS_VERSION = 1
+_WEIGHTS_KEYS = frozenset({"format", "version", "features", "length", "meta"})
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,9 @@ class Weights:
 
     @classmethod
     def load(cls, path: str | Path) -> Weights:
+        """Read a weights file; anything but the layout :meth:`to_json` writes is an InputError."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError("weights file not found", path) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"not a JSON weights file ({err})", path) from None
+        data = read_json(path)
         if not isinstance(data, dict) or data.get("format") != WEIGHTS_FORMAT:
             raise InputError(f'expected a JSON object with "format": "{WEIGHTS_FORMAT}"', path)
         if data.get("version") != WEIGHTS_VERSION:
@@ -89,16 +87,20 @@ class Weights:
                 f"(expected {WEIGHTS_VERSION})",
                 path,
             )
-        feats = data.get("features")
-        if not isinstance(feats, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in feats.values()
-        ):
-            raise InputError('"features" must map score names to numbers', path)
-        length = data.get("length", 0.0)
-        if not isinstance(length, (int, float)) or isinstance(length, bool):
-            raise InputError('"length" must be a number', path)
+        unknown = sorted(set(data) - _WEIGHTS_KEYS)
+        if unknown:
+            raise InputError(
+                f"expected only the keys {sorted(_WEIGHTS_KEYS)}, got {shorten(unknown[0])!r}", path
+            )
+        feats = json_object(data.get("features"), path, None, '"features"')
+        features = {
+            name: json_number(w, path, None, f'"features" {shorten(name)!r}')
+            for name, w in feats.items()
+        }
+        length = json_number(data.get("length", 0.0), path, None, '"length"')
+        meta = json_object(data.get("meta", {}), path, None, '"meta"')
         try:
-            return cls(feats, float(length), data.get("meta") or {})
+            return cls(features, length, meta)
         except ValueError as err:
             raise InputError(str(err), path) from None
 

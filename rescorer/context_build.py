@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rescorer.contexts import FIELDS_KEY, ID_KEY, Contexts
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 GROUP_BY = ("recording", "speaker")  # "chapter" is accepted as LibriSpeech's name of a recording
 PREVIOUS_FIELD = "previous"  # the text field's default name

@@ -23,14 +23,14 @@ treats unseen values as missing); an n-gram model ignores contexts altogether.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from rescorer.core.errors import InputError, check_same_ids
-from rescorer.formats._common import lines, shorten, type_name
+from rescorer.core.errors import InputError, check_same_ids, shorten
+from rescorer.core.io import read_lines
+from rescorer.core.json_input import parse_json, type_name
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def detect_context_format(path: str | Path) -> str:
         return "jsonl"
     if suffix == ".tsv":
         return "tsv"
-    for _, line in lines(path):
+    for _, line in read_lines(path):
         if line.strip():
             return "jsonl" if line.lstrip().startswith("{") else "tsv"
     return "tsv"
@@ -127,13 +127,10 @@ def _json_value(field: str, value: object, path: Path, lineno: int) -> str | Non
 def _read_jsonl(path: Path) -> Contexts:
     out: Contexts = {}
     first: dict[str, int] = {}
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise InputError(f"not valid JSON ({err.msg})", path, lineno) from None
+        obj = parse_json(line, path, lineno)
         if not isinstance(obj, dict):
             raise InputError(
                 f'expected an object {{"{ID_KEY}": ..., "{FIELDS_KEY}": {{...}}}}, '
@@ -174,7 +171,7 @@ def _read_tsv(path: Path) -> Contexts:
     out: Contexts = {}
     first: dict[str, int] = {}
     header: list[str] | None = None
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         if not line.strip():
             continue
         cells = [c.strip() for c in line.split("\t")]

@@ -57,7 +57,9 @@ from typing import Any
 import numpy as np
 
 from rescorer.core.errors import InputError, check_same_ids
-from rescorer.core.io import atomic_write, read_lines
+from rescorer.core.io import read_lines
+from rescorer.core.json_input import parse_json
+from rescorer.core.output import atomic_write
 from rescorer.lms.contract import Context
 from rescorer.predict import Predictor
 from rescorer.significance import (
@@ -489,10 +491,9 @@ def read_sentence_results(path: str | Path) -> list[SentenceResult]:
     for lineno, line in read_lines(path):
         if not line.strip():
             continue
+        obj = parse_json(line, path, lineno)
         try:
-            out.append(SentenceResult.from_json(json.loads(line)))
-        except json.JSONDecodeError as err:
-            raise InputError(f"invalid JSON: {err.msg}", path, lineno) from None
+            out.append(SentenceResult.from_json(obj))
         except ValueError as err:
             raise InputError(f"not a per-sentence keyboard result: {err}", path, lineno) from None
     if not out:

@@ -17,6 +17,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rescorer.core.errors import InputError
+from rescorer.core.io import check_input_file, read_lines
+from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file
+
 logger = logging.getLogger(__name__)
 
 BINARY_TYPES = ("trie", "probing")
@@ -101,34 +105,43 @@ def _run(cmd: Sequence[str], stdin_path: Path | None = None) -> None:
         raise KenLMToolError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}):\n{tail}")
 
 
+def write_corpus(texts: Sequence[Path], corpus: Path) -> None:
+    """The training texts as one LF-separated UTF-8 file for lmplz, read through the input
+    layer: a byte-order mark and CR line ends are normalised; binary data, UTF-16 and
+    undecodable bytes are refused with file:line, and so is a text without a word."""
+    with open(corpus, "w", encoding="utf-8", newline="\n") as dst:
+        for text in texts:
+            words = 0
+            for _, line in read_lines(text):
+                words += len(line.split())
+                dst.write(line + "\n")
+            if words == 0:
+                raise InputError(
+                    "expected training text (one sentence per line), got no words", text
+                )
+
+
 def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramOptions()) -> Path:
     """Train an n-gram on ``texts`` (one sentence per line, tokens split by spaces).
 
     Writes ``out`` (ARPA when ``options.binary`` is None, else a KenLM binary) through a temp file
     in the same folder, so a failed build leaves any earlier model in place. Returns ``out``.
     """
-    texts = [Path(t) for t in texts]
+    texts = [check_input_file(t) for t in texts]
     if not texts:
         raise ValueError("no training text given")
-    for t in texts:
-        if not t.is_file():
-            raise ValueError(f"training text not found: {t}")
     lmplz = find_program("lmplz")
     build_binary = find_program("build_binary") if options.binary else None
     out = Path(out)
+    check_output_file(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # Named like the output layer's temporaries, so a killed build's folder is cleaned later.
     with tempfile.TemporaryDirectory(
-        prefix=".ngram-", dir=options.temp_dir or out.parent
+        prefix=f".{out.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=options.temp_dir or out.parent
     ) as tmp_str:
         tmp = Path(tmp_str)
-        if len(texts) == 1:
-            corpus = texts[0]
-        else:
-            corpus = tmp / "corpus.txt"
-            with open(corpus, "wb") as dst:
-                for t in texts:
-                    with open(t, "rb") as src:
-                        shutil.copyfileobj(src, dst)
+        corpus = tmp / "corpus.txt"
+        write_corpus(texts, corpus)
         arpa = tmp / "model.arpa"
         cmd: list[str] = [str(lmplz), "-o", str(options.order), "-S", options.memory]
         cmd += ["-T", str(tmp), "--arpa", str(arpa)]
@@ -145,8 +158,7 @@ def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramO
         else:
             result = tmp / "model.bin"
             _run([str(build_binary), "-S", options.memory, options.binary, str(arpa), str(result)])
-        staged = out.parent / f".{out.name}.tmp"
-        shutil.move(str(result), staged)
-        os.replace(staged, out)
+        with atomic_path(out) as staged:
+            shutil.move(str(result), staged)
     logger.info("wrote %s (%.1f MiB)", out, out.stat().st_size / 2**20)
     return out

@@ -61,8 +61,6 @@ unchanged; see :mod:`rescorer.text`), and suggests words as the vocabulary spell
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import logging
 import math
 import sys
@@ -78,8 +76,9 @@ import numpy as np
 from rescorer.core.constants import BOS, EOS, UNK
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.core.json_input import json_object, parse_json
 from rescorer.lms.contract import Context, LanguageModel
-from rescorer.lms.kenlm import KenLM
+from rescorer.lms.kenlm import KenLM, is_arpa_text, read_head
 from rescorer.text import CASE_MODES, case_function
 
 logger = logging.getLogger(__name__)
@@ -154,34 +153,22 @@ def read_arpa_unigrams(path: str | Path) -> list[str] | None:
     KenLM binaries (and anything else that does not start with ``\\data\\``) give None.
     """
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    if not is_arpa_text(read_head(path)):
+        return None
     words: list[str] = []
-    try:
-        with opener(path, "rb") as f:
-            head = b""
-            for raw in f:
-                head = raw.strip()
-                if head:
-                    break
-            if head != b"\\data\\":
-                return None
-            in_unigrams = False
-            for lineno, raw in enumerate(f, start=2):
-                line = raw.decode("utf-8", errors="replace").strip()
-                if line.startswith("\\"):
-                    if in_unigrams:
-                        break
-                    in_unigrams = line == "\\1-grams:"
-                    continue
-                if in_unigrams and line:
-                    parts = line.split()
-                    if len(parts) < 2:
-                        raise InputError(
-                            f"expected 'logprob word [backoff]', got {line!r}", path, lineno
-                        )
-                    words.append(parts[1])
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise InputError(f"cannot read the ARPA vocabulary ({err})", path) from None
+    in_unigrams = False
+    for lineno, line in read_lines(path):
+        line = line.strip()
+        if line.startswith("\\"):
+            if in_unigrams:
+                break
+            in_unigrams = line == "\\1-grams:"
+            continue
+        if in_unigrams and line:
+            parts = line.split()
+            if len(parts) < 2:
+                raise InputError(f"expected 'logprob word [backoff]', got {line!r}", path, lineno)
+            words.append(parts[1])
     return words
 
 
@@ -808,15 +795,10 @@ def read_requests(path: str | Path) -> list[PredictRequest]:
             raise InputError(f"the partial word must be one word, got {prefix!r}", path, lineno)
         context = None
         if len(cols) == 3 and cols[2].strip():
-            try:
-                context = json.loads(cols[2])
-            except json.JSONDecodeError as err:
-                raise InputError(f"context: invalid JSON ({err.msg})", path, lineno) from None
-            if not isinstance(context, dict):
-                raise InputError(
-                    f"context: expected a JSON object, got {type(context).__name__}", path, lineno
-                )
+            context = json_object(parse_json(cols[2], path, lineno), path, lineno, "context")
         out.append(PredictRequest(lineno, tuple(cols[0].split()), prefix, context))
+    if not out:
+        raise InputError("expected lines 'history[<TAB>prefix[<TAB>context JSON]]', got none", path)
     return out
 
 

@@ -15,9 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write
-from rescorer.formats._common import check_field, first_content_line, lines, read_keyed, shorten
+from rescorer.core.errors import InputError, shorten
+from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
+from rescorer.formats._common import check_field, first_content_line, read_keyed
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ def read_trn(path: str | Path, id_style: str = "auto") -> dict[str, tuple[str, .
         raise ValueError(f"id_style must be one of {ID_STYLES}, got {id_style!r}")
     path = Path(path)
     rows: list[tuple[int, str, tuple[str, ...]]] = []
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         if line.strip():
             rows.append((lineno, *_parse_trn_line(line, path, lineno)))
     strip = id_style == "espnet"

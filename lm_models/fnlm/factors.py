@@ -56,7 +56,8 @@ import numpy as np
 import torch
 
 from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write, read_lines
+from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
 
 logger = logging.getLogger(__name__)
 

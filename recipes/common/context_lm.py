@@ -31,8 +31,8 @@ from lm_models.lstm.train import CORPUS_READERS, TrainConfig, train
 from lm_models.vocab import Vocabulary
 from rescorer.core.data import default_data_dir
 from rescorer.core.device import resolve_device
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import cpu_name
+from rescorer.core.output import atomic_write
 
 MODES = ("unadapted", "softmax_bias", "concat", "factor")
 LABELS = {

@@ -15,6 +15,7 @@ from rescorer.context_build import (
     write_contexts,
 )
 from rescorer.core.errors import InputError, check_same_ids
+from rescorer.core.io import check_input_file
 from rescorer.refs import read_kaldi_text
 
 FIRST_PASS = "first-pass"
@@ -87,13 +88,8 @@ def context_build(
         path = Path(source)
         if path.is_dir():
             path = path / "1best.txt"
-        if not path.is_file():
-            raise click.BadParameter(
-                f"expected {FIRST_PASS!r} or a 1-best text file or folder, got {source!r}",
-                param_hint="--from",
-            )
-        texts = read_kaldi_text(path)
-        check_same_ids(set(nbest), set(texts), "1-best", path)
+        texts = read_kaldi_text(check_input_file(path))
+        check_same_ids(set(nbest), set(texts), "1-best", path, against=nbest_path)
         text_path = path
     options = ContextBuildOptions(
         previous=previous, group_by=group_by, field=field, metadata=metadata

@@ -20,7 +20,7 @@ from rescorer.cli.options import (
     out_option,
 )
 from rescorer.contexts import read_contexts
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 
 @click.command(name="cue-vectors")

@@ -23,7 +23,7 @@ from rescorer.cli.options import (
     resolve_refs,
 )
 from rescorer.core.errors import check_same_ids
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 from rescorer.normalize import Normalizer
 from rescorer.refs import read_references
 from rescorer.wer import oracle, score_corpus
@@ -83,7 +83,7 @@ def write_alignments(
 @click.option("--cer", is_flag=True, help="Character error rate instead of word error rate.")
 @click.option(
     "--per-utt",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     help="Write a per-utterance error table here (after a '# normalize: SPEC' line when the "
     "text is normalised).",
 )
@@ -142,7 +142,7 @@ def wer(
     nbest = None
     if hyp_path is not None:
         hyps = normalizer.mapping(read_hyp_text(hyp_path, hyp_format))
-        refs = load_refs(ref_path, ref_format, list(hyps))
+        refs = load_refs(ref_path, ref_format, list(hyps), hyp_path)
         label = str(hyp_path)
     else:
         assert nbest_path is not None
@@ -153,13 +153,14 @@ def wer(
         nbest = normalizer.nbest(raw)
         hyps = one_best(nbest)
         label = f"{nbest_path} (first hypotheses)"
+    source = hyp_path or nbest_path
     refs = normalizer.mapping(refs)
     tag = normalized_label(normalizer)
-    speakers = load_speakers(utt2spk, list(hyps))
+    speakers = load_speakers(utt2spk, list(hyps), source)
     other = None
     if compare_path is not None:  # read before anything is written
         other = normalizer.mapping(read_hyp_text(compare_path, hyp_format))
-        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path)
+        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path, against=source)
     report = score_corpus(refs, hyps, speakers, unit=unit)
     if summary:
         click.echo(report.summary())

@@ -22,6 +22,7 @@ from rescorer.cli.options import (
     run_config_trainer,
     text_format_option,
 )
+from rescorer.core.json_input import read_json
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel, LMSpec
 from rescorer.lms.mixture import MixtureSpec, em_weights, relative_spec
@@ -113,8 +114,6 @@ def fnlm_eval(
     Example:
       rescorer fnlm-eval --model exp/tr/fnlm_seed0 --text tr_imst-ud-test.conllu
     """
-    import json
-
     from lm_models.fnlm.evaluate import mean_prob_after_unknown, perplexity_report, token_flags
     from lm_models.fnlm.model import load_fnlm
     from lm_models.fnlm.train import read_sentences
@@ -123,7 +122,7 @@ def fnlm_eval(
     trained = {}
     meta_file = model_dir / "training.json"
     if meta_file.is_file():
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        meta = read_json(meta_file)
         trained = meta.get("config", {}).get("data", {})
     unit = unit or trained.get("unit", "token")
     drop = trained.get("drop_punct", False) if drop_punct is None else drop_punct

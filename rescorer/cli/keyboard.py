@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from rescorer.cli.options import (
     EXISTING_FILE,
+    OUT_FILE,
     F,
     InputFailure,
     LMSpecType,
@@ -24,7 +25,8 @@ from rescorer.cli.options import (
     out_option,
     quiet,
 )
-from rescorer.core.io import atomic_write
+from rescorer.core.errors import check_same_ids
+from rescorer.core.output import atomic_write
 from rescorer.keyboard import (
     TEXT_FORMATS,
     KeyboardOptions,
@@ -256,14 +258,14 @@ def predict_cmd(
 @click.option(
     "--per-sentence",
     "per_sentence_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     default=None,
     help="Write per-sentence results (JSONL) here, for keyboard-compare.",
 )
 @click.option(
     "--report",
     "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     default=None,
     help="Write the totals (JSON) here.",
 )
@@ -311,7 +313,7 @@ def keyboard_eval(
     if not normalizer.is_identity:  # the test text as the training text was normalised
         sentences = [(sid, normalizer.words(words)) for sid, words in sentences]
         sentences = [(sid, words) for sid, words in sentences if words]
-    contexts = load_contexts(context_path, [sid for sid, _ in sentences])
+    contexts = load_contexts(context_path, [sid for sid, _ in sentences], text_path)
     if limit is not None:
         sentences = sentences[:limit]
     others = read_sentence_results(compare_path) if compare_path is not None else None
@@ -336,6 +338,8 @@ def keyboard_eval(
             err=True,
         )
     if others is not None:
+        ids = {r.id for r in result.sentences}
+        check_same_ids(ids, {r.id for r in others}, f"sentence (as in {text_path})", compare_path)
         shared = [k for k in options.ks if k in others[0].keystrokes]
         if not shared:
             raise InputFailure(f"{compare_path}: has no keystroke counts for k in {options.ks}")
@@ -371,10 +375,11 @@ def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, see
     """
     a = read_sentence_results(a_path)
     b = read_sentence_results(b_path)
+    check_same_ids({r.id for r in a}, {r.id for r in b}, f"sentence (as in {a_path})", b_path)
     common = sorted(set(a[0].keystrokes) & set(b[0].keystrokes))
     chosen = ks or tuple(common)
     if not chosen:
-        raise click.UsageError(f"{a_path} and {b_path} share no number of suggestions")
+        raise InputFailure(f"{b_path}: expected a number of suggestions also in {a_path}, got none")
     for k in chosen:
         if k not in common:
             raise click.BadParameter(f"k={k} is not in both files (have {common})")

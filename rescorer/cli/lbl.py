@@ -16,6 +16,7 @@ import numpy as np
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
+    OUT_FILE,
     InputFailure,
     config_trainer_options,
     device_option,
@@ -24,7 +25,8 @@ from rescorer.cli.options import (
     run_config_trainer,
 )
 from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write, read_lines
+from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
 
 
 def _record(text: str, option: str) -> dict[str, str]:
@@ -324,7 +326,7 @@ def lbl_sample(
 
 @click.command(name="lbl-export")
 @click.argument("model_dir", metavar="CHECKPOINT", type=MODEL_DIR)
-@click.argument("out_path", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.onnx")
+@click.argument("out_path", type=OUT_FILE, metavar="OUT.onnx")
 @click.option(
     "--context",
     "context_text",

@@ -13,6 +13,7 @@ from export.format import KINDS as EXPORT_KINDS
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
+    OUT_FILE,
     InputFailure,
     LMSpecType,
     NumberList,
@@ -74,7 +75,7 @@ def ppl(
         )
     texts = read_text_sentences(text_path, text_format)
     sentences = list(texts.values())
-    by_utt = None if text_format == "plain" else load_contexts(context_path, list(texts))
+    by_utt = None if text_format == "plain" else load_contexts(context_path, list(texts), text_path)
     contexts = None if by_utt is None else [by_utt[utt] for utt in texts]
     lm = load_lm(lm_spec, case=lm_case, **({} if device is None else {"device": device}))
     logps = lm.token_logprobs(sentences, contexts)
@@ -83,6 +84,12 @@ def ppl(
     words = int(sum(len(f) for f in flags))
     total = float(sum(lp.sum() for lp in logps))
     tokens = int(sum(len(lp) for lp in logps))
+    if not math.isfinite(total):
+        raise InputError(
+            f"expected finite log-probabilities from the model, got {total} (NaN or infinite "
+            "weights in it?)",
+            lm_spec.path,
+        )
     click.echo(
         f"{len(sentences)} sentences, {words} words, {oov} OOVs ({100 * oov / max(words, 1):.2f}%)"
     )
@@ -142,7 +149,7 @@ def ngram() -> None:
 @click.option("--binary-type", type=click.Choice(BINARY_TYPES), default="trie", show_default=True)
 @click.option("--discount-fallback", is_flag=True, help="Fallback discounts for tiny corpora.")
 @click.option("--skip-symbols", is_flag=True, help="Treat <s>, </s>, <unk> in text as spaces.")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--out", "out_path", type=OUT_FILE, required=True)
 @handle_errors
 def ngram_build(
     texts: tuple[Path, ...],
@@ -285,7 +292,7 @@ def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
 @click.option(
     "--pca",
     "pca_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OUT_FILE,
     help="Write a 2-D PCA plot of the context embeddings here (PNG).",
 )
 @handle_errors
@@ -336,7 +343,7 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
 
 @click.command(name="export")
 @click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("out_path", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.onnx")
+@click.argument("out_path", type=OUT_FILE, metavar="OUT.onnx")
 @click.option(
     "--kind",
     type=click.Choice(EXPORT_KINDS),

@@ -1,8 +1,11 @@
 """Shared pieces of the command modules: error handling, parameter types, option groups, loaders.
 
-Data errors (:class:`~rescorer.core.errors.InputError`, ``ValueError`` from the library) become one
-line naming the file and line, exit status 2 (:func:`handle_errors`); click's usage errors stay for
-wrong command-line usage. Command modules import this module; it imports none of them.
+Data errors (:class:`~rescorer.core.errors.InputError` and ``OutputError``, a ``ValueError`` from
+the library, an ``OSError`` on a file) become one line naming the file and line, exit status 2
+(:func:`handle_errors`); click's usage block is kept for wrong command-line usage (unknown
+options, bad option values, missing files named on the command line). Output paths are checked
+when the options are parsed (:class:`OutputPath`), before any input is read. Command modules
+import this module; it imports none of them.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from rescorer.core.errors import InputError, check_same_ids
-from rescorer.core.io import read_lines
+from rescorer.core.errors import FileError, InputError, OutputError, check_same_ids
+from rescorer.core.io import check_input_file, read_lines
+from rescorer.core.output import check_output_dir, check_output_file
 from rescorer.formats import READERS, detect_format, read_nbest
 from rescorer.lms import LOADERS, parse_spec
 from rescorer.lms.contract import LMSpec
@@ -32,7 +36,6 @@ if TYPE_CHECKING:  # what only some commands use is imported there (start-up tim
     from rescorer.wer import WerReport
 
 logger = logging.getLogger(__name__)
-
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,12 +53,15 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except InputError as err:
+        except FileError as err:
             raise InputFailure(str(err)) from None
         except KenLMToolError as err:
             raise click.ClickException(str(err)) from None
-        except ValueError as err:
-            raise click.UsageError(str(err)) from None
+        except ValueError as err:  # the library's check of a value: data, not usage
+            raise InputFailure(str(err)) from None
+        except OSError as err:
+            where = f"{err.filename}: " if err.filename else ""
+            raise InputFailure(f"{where}{err.strerror or err}") from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -90,7 +96,7 @@ class LMSpecType(click.ParamType):
         except ValueError as err:
             self.fail(str(err), param, ctx)
         if not spec.path.exists():
-            self.fail(f"model file {str(spec.path)!r} does not exist", param, ctx)
+            raise InputFailure(f"{spec.path}: model file not found: expected an existing file")
         return spec
 
 
@@ -169,15 +175,58 @@ def normalized_label(normalizer: Normalizer) -> str:
     return "" if normalizer.is_identity else f" (normalize: {normalizer.name})"
 
 
-EXISTING = click.Path(exists=True, path_type=Path)
+class InputPath(click.ParamType):
+    """An input the command reads: a file (or, with ``folder_ok=True``, a file or a folder).
+
+    A missing path, a folder where a file is wanted, a device or a socket is one line naming
+    the path and exit status 2 (:func:`rescorer.core.io.check_input_file`), not a usage block.
+    """
+
+    def __init__(self, folder_ok: bool = False) -> None:
+        self.folder_ok = folder_ok
+        self.name = "PATH" if folder_ok else "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(value)
+        if self.folder_ok and path.is_dir():
+            return path
+        try:
+            return check_input_file(path)
+        except InputError as err:
+            raise InputFailure(str(err)) from None
 
 
-EXISTING_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+EXISTING = InputPath(folder_ok=True)
+EXISTING_FILE = InputPath()
 MODEL_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
-OUT_FILE = click.Path(dir_okay=False, path_type=Path)
+class OutputPath(click.ParamType):
+    """A file (or, with ``folder=True``, a folder) the command writes, checked up front.
+
+    A target that cannot be written (a directory where a file is wanted, a device, FIFO or
+    socket, a read-only file, a path under a file, a folder without write permission) is one
+    line naming the path and exit status 2 (:mod:`rescorer.core.output`), before any input
+    is read.
+    """
+
+    def __init__(self, folder: bool = False) -> None:
+        self.folder = folder
+        self.name = "DIR" if folder else "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(value)
+        try:
+            (check_output_dir if self.folder else check_output_file)(path)
+        except OutputError as err:
+            raise InputFailure(str(err)) from None
+        return path
+
+
+OUT_FILE = OutputPath()
 """A file the command writes (``--out``, ``--per-utt``, ...)."""
+OUT_DIR = OutputPath(folder=True)
+"""A folder of files the command writes as one set (``rescore --out``)."""
 
 TEXT_FORMATS = ("plain", "kaldi", "trn")
 """Formats of a text to score: words only, Kaldi ``uttid words``, sclite trn."""
@@ -358,13 +407,16 @@ def context_options(fn: F) -> F:
     )(fn)
 
 
-def load_contexts(path: Path | None, ids: Sequence[str]) -> dict[str, dict[str, str]] | None:
-    from rescorer.contexts import check_context_ids, read_contexts
+def load_contexts(
+    path: Path | None, ids: Sequence[str], source: Path | None = None
+) -> dict[str, dict[str, str]] | None:
+    """Contexts of exactly the utterances ``ids`` (read from ``source``, named on a mismatch)."""
+    from rescorer.contexts import read_contexts
 
     if path is None:
         return None
     contexts = read_contexts(path)
-    check_context_ids(ids, contexts, path)
+    check_same_ids(set(ids), set(contexts), "context", path, against=source)
     return contexts
 
 
@@ -377,11 +429,14 @@ def load_nbest(path: Path, fmt: str) -> NBest:
     return nbest
 
 
-def load_refs(path: Path | None, fmt: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+def load_refs(
+    path: Path | None, fmt: str, ids: Sequence[str], source: Path | None = None
+) -> dict[str, tuple[str, ...]]:
+    """References of exactly the utterances ``ids`` (read from ``source``, named on a mismatch)."""
     if path is None:
         raise click.UsageError("--ref is required here")
     refs = read_references(path, None if fmt == "auto" else fmt)
-    check_same_ids(set(ids), set(refs), "reference", path)
+    check_same_ids(set(ids), set(refs), "reference", path, against=source)
     return refs
 
 
@@ -398,7 +453,7 @@ def resolve_refs(
     if path is not None:
         if nbest.references is not None:
             logger.info("--ref %s wins over the references embedded in %s", path, nbest_path)
-        return load_refs(path, fmt, list(nbest))
+        return load_refs(path, fmt, list(nbest), nbest_path)
     if nbest.references is not None:
         check_same_ids(set(nbest), set(nbest.references), "embedded reference", nbest_path)
         logger.info("references embedded in %s used (no --ref)", nbest_path)
@@ -410,13 +465,16 @@ def resolve_refs(
     return None
 
 
-def load_speakers(path: Path | None, ids: Sequence[str]) -> dict[str, str] | None:
+def load_speakers(
+    path: Path | None, ids: Sequence[str], source: Path | None = None
+) -> dict[str, str] | None:
+    """Speakers of (at least) the utterances ``ids`` (read from ``source``)."""
     if path is None:
         return None
     spk = read_utt2spk(path)
     missing = set(ids) - set(spk)
     if missing:  # a map of a larger corpus is fine; every utterance here needs a speaker
-        check_same_ids(set(ids), set(spk) & set(ids), "utt2spk", path)
+        check_same_ids(set(ids), set(spk) & set(ids), "utt2spk", path, against=source)
     return spk
 
 

@@ -9,6 +9,7 @@ import click
 
 from rescorer.cli.options import (
     EXISTING_FILE,
+    OUT_DIR,
     CommaList,
     context_options,
     handle_errors,
@@ -26,8 +27,8 @@ from rescorer.cli.options import (
     score_with_lms,
 )
 from rescorer.combine import Weights, one_best, rerank
-from rescorer.core.io import atomic_write
-from rescorer.formats import WRITERS, write_nbest
+from rescorer.core.output import atomic_dir, atomic_write, check_output_dir, check_output_file
+from rescorer.formats import FILE_FORMATS, WRITERS, write_nbest
 from rescorer.lms.contract import LMSpec
 from rescorer.nbest import NBest
 from rescorer.normalize import Normalizer
@@ -37,6 +38,9 @@ from rescorer.tune import METHODS, SELECTIONS, TuneOptions, tune
 from rescorer.wer import score_corpus
 
 logger = logging.getLogger(__name__)
+
+RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
+"""What ``rescore --out DIR`` writes (one set); other files of DIR are kept."""
 
 
 # -- tune ---------------------------------------------------------------------------------------
@@ -125,7 +129,7 @@ def tune_cmd(
     assert refs is not None  # required
     refs = normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
-    contexts = load_contexts(context_path, list(nbest))
+    contexts = load_contexts(context_path, list(nbest), nbest_path)
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     names = features or nbest.score_names()
     initial = Weights.load(init_path) if init_path else None
@@ -189,7 +193,7 @@ def tune_cmd(
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OUT_DIR,
     required=True,
     help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
 )
@@ -241,8 +245,8 @@ def rescore(
         raise click.UsageError(
             "--utt2spk is only used with --ref (or references in the N-best file)"
         )
-    speakers = load_speakers(utt2spk, list(nbest)) if refs is not None else None
-    contexts = load_contexts(context_path, list(nbest))
+    speakers = load_speakers(utt2spk, list(nbest), nbest_path) if refs is not None else None
+    contexts = load_contexts(context_path, list(nbest), nbest_path)
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     missing = [n for n in weights.names if n not in nbest.score_names()]
     if missing:
@@ -252,25 +256,27 @@ def rescore(
         )
     reranked = rerank(nbest, weights)
     best = one_best(reranked)  # the reranked lists' first hypotheses
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_nbest(NBest(list(reranked.values()), refs), out_dir / "nbest.jsonl", "jsonl")
-    write_kaldi_text(out_dir / "1best.txt", best)
+    lines: list[str] = []
+    if refs is not None:
+        base = score_corpus(refs, one_best(nbest), speakers)
+        new = score_corpus(refs, best, speakers)
+        tag = normalized_label(normalizer)
+        lines = [
+            f"{base.kaldi_line()} first pass{tag}",
+            f"{new.kaldi_line()} rescored{tag}",
+            compare(base, new).summary(),
+        ]
+    # One set: a killed run leaves the previous files; without --ref an earlier wer.txt, which
+    # would no longer describe the output, is not part of the new set.
+    with atomic_dir(out_dir, owned=RESCORE_FILES.__contains__) as tmp:
+        write_nbest(NBest(list(reranked.values()), refs), tmp / "nbest.jsonl", "jsonl")
+        write_kaldi_text(tmp / "1best.txt", best)
+        if refs is not None:
+            with atomic_write(tmp / "wer.txt") as f:
+                f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
     click.echo(f"wrote {out_dir / 'nbest.jsonl'} and {out_dir / '1best.txt'}")
-    if refs is None:
-        # A WER report from an earlier run with references would no longer describe the output.
-        (out_dir / "wer.txt").unlink(missing_ok=True)
-        return
-    base = score_corpus(refs, one_best(nbest), speakers)
-    new = score_corpus(refs, best, speakers)
-    tag = normalized_label(normalizer)
-    lines = [
-        f"{base.kaldi_line()} first pass{tag}",
-        f"{new.kaldi_line()} rescored{tag}",
-        compare(base, new).summary(),
-    ]
-    with atomic_write(out_dir / "wer.txt") as f:
-        f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
-    click.echo("\n".join(lines))
+    if lines:
+        click.echo("\n".join(lines))
 
 
 # -- score --------------------------------------------------------------------------------------
@@ -311,10 +317,12 @@ def score(
     if not lm_specs:
         raise click.UsageError("give at least one --lm to score with")
     nbest = load_nbest(nbest_path, fmt)
-    refs = load_refs(ref_path, ref_format, list(nbest)) if ref_path else nbest.references
+    refs = (
+        load_refs(ref_path, ref_format, list(nbest), nbest_path) if ref_path else nbest.references
+    )
     refs = None if refs is None else normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
-    contexts = load_contexts(context_path, list(nbest))
+    contexts = load_contexts(context_path, list(nbest), nbest_path)
     nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
     click.echo(
@@ -348,6 +356,7 @@ def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path, ref_path: P
       rescorer convert --nbest DEV --to jsonl --out dev.jsonl
       rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
     """
+    (check_output_file if to_fmt in FILE_FORMATS else check_output_dir)(out_path)
     nbest = load_nbest(nbest_path, fmt)
     if ref_path is not None:
         if to_fmt not in ("json", "jsonl", "hyporadise"):

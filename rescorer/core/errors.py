@@ -1,7 +1,9 @@
-"""The toolkit's input error: bad data named by file and line.
+"""The toolkit's data errors: bad input named by file and line, failed outputs named by file.
 
-Every reader raises :class:`InputError` for malformed input, so the CLI can print one line
-(``file:line: what was wrong``) and exit with status 2 instead of a traceback.
+Every reader raises :class:`InputError` for malformed input and every writer raises
+:class:`OutputError` for a target it cannot write, so the CLI can print one line
+(``file[:line]: what was expected, what was found``) and exit with status 2 instead of a
+traceback.
 """
 
 from __future__ import annotations
@@ -9,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 
-class InputError(ValueError):
-    """Malformed or inconsistent input data.
+class FileError(ValueError):
+    """A data error about one file: ``str(err)`` is one line.
 
-    ``str(err)`` is one line: ``path:line: message`` (or ``path: message`` without a line,
-    or just ``message`` without a path). ``line`` is 1-based.
+    ``path:line: message`` (or ``path: message`` without a line, or just ``message`` without a
+    path). ``line`` is 1-based.
     """
 
     def __init__(self, message: str, path: str | Path | None = None, line: int | None = None):
@@ -31,6 +33,23 @@ class InputError(ValueError):
 
     def __str__(self) -> str:
         return self._render()
+
+
+class InputError(FileError):
+    """Malformed or inconsistent input data."""
+
+
+class OutputError(FileError):
+    """An output that cannot be written (special file, directory, no permission, disk full).
+
+    Raised before anything is written where the target can be checked up front; the previous
+    output, if any, is left as it was.
+    """
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters for error messages."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def describe_id_mismatch(
@@ -58,7 +77,12 @@ def check_same_ids(
     got: set[str] | frozenset[str],
     what: str,
     path: str | Path | None = None,
+    against: str | Path | None = None,
 ) -> None:
-    """Raise :class:`InputError` when ``got`` (ids of ``what``) differs from ``expected``."""
+    """Raise :class:`InputError` when ``got`` (ids of ``what``, read from ``path``) differs from
+    ``expected`` (the ids of ``against``, named in the message when given)."""
     if set(expected) != set(got):
-        raise InputError(f"{what} ids do not match: {describe_id_mismatch(expected, got)}", path)
+        theirs = "" if against is None else f" those of {against}"
+        raise InputError(
+            f"{what} ids do not match{theirs}: {describe_id_mismatch(expected, got)}", path
+        )

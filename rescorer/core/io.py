@@ -1,73 +1,169 @@
-"""File helpers: text reading with line numbers, atomic writes.
+"""The one input layer: every text file the toolkit reads goes through :func:`read_lines`.
 
-Outputs are written to a temporary file in the destination folder and renamed into place, so an
-interrupted run never leaves a half-written file where a good one was.
+What is accepted and what is refused (an :class:`~rescorer.core.errors.InputError` naming the
+file and, where there is one, the line):
+
+* UTF-8 text, ``.gz`` compressed or not. A UTF-8 byte-order mark at the start is dropped.
+* Line ends ``\\n``, ``\\r\\n`` and a lone ``\\r`` (old Mac files) all end a line, so a CRLF or
+  CR-only file gives the same lines, numbered the same way, as its LF twin.
+* Refused: undecodable bytes (latin-1, binary data), a NUL byte (binary data, UTF-16 or UTF-32
+  text), a UTF-16/UTF-32 byte-order mark, a line longer than :data:`MAX_LINE_BYTES`, a corrupt
+  ``.gz`` stream, a folder, a device or socket, a file that cannot be opened.
+
+Whole documents (JSON files) are read with :func:`read_text`, which joins the same lines.
+Outputs are written by :mod:`rescorer.core.output`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gzip
-import os
-import tempfile
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 from rescorer.core.errors import InputError
 
+MAX_LINE_BYTES = 256 * 2**20
+"""Longest line read (bytes); a longer one is refused instead of filling the memory."""
 
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise InputError("file not found", path)
-    if path.is_dir():
-        raise InputError("expected a file, got a directory", path)
+_BOM = b"\xef\xbb\xbf"
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
-def open_text(path: str | Path) -> IO[str]:
-    """Open a UTF-8 text file for reading (``.gz`` transparently)."""
+def check_input_file(path: str | Path) -> Path:
+    """``path`` as a :class:`Path` when it can be read as a file, else :class:`InputError`.
+
+    Regular files and pipes (``<(zcat x)``) are accepted; a missing path, a folder, a device
+    or a socket is refused.
+    """
     path = Path(path)
-    _check_file(path)
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-    return open(path, encoding="utf-8", newline="\n")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InputError("file not found: expected an existing file there", path) from None
+    except (OSError, ValueError) as err:
+        raise InputError(f"expected a readable file, got {_reason(err)}", path) from None
+    if stat.S_ISDIR(mode):
+        raise InputError("expected a file, got a directory", path)
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        raise InputError(f"expected a file, got {file_kind(mode)}", path)
+    return path
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words (``a directory``, ``a FIFO``, ...)."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISREG, "a regular file"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _reason(err: BaseException) -> str:
+    """The OS's reason of ``err`` without the repeated file name."""
+    return getattr(err, "strerror", None) or str(err)
+
+
+def _decode(raw: bytes, path: Path, lineno: int) -> str:
+    if b"\x00" in raw:
+        raise InputError(
+            "not UTF-8 text: expected UTF-8, found a NUL byte (binary data, or UTF-16/UTF-32 text)",
+            path,
+            lineno,
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        byte = raw[err.start]
+        raise InputError(
+            f"not UTF-8 text: expected UTF-8, found byte 0x{byte:02X} at byte {err.start + 1} of "
+            "the line (latin-1 or binary data?)",
+            path,
+            lineno,
+        ) from None
+
+
+def _first_line(raw: bytes, path: Path) -> bytes:
+    """The first raw line without a UTF-8 byte-order mark; UTF-16/32 marks are refused."""
+    if raw.startswith(_BOM):
+        return raw[len(_BOM) :]
+    for mark, name in _WIDE_BOMS:
+        if raw.startswith(mark):
+            raise InputError(
+                f"not UTF-8 text: expected UTF-8, found a {name} byte-order mark (convert with "
+                f"iconv -f {name} -t UTF-8)",
+                path,
+                1,
+            )
+    return raw
 
 
 def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` with 1-based numbers and the line ending stripped.
+    """Yield ``(line_number, line)`` with 1-based numbers and the line end stripped.
 
-    Lines are decoded one by one, so undecodable bytes raise :class:`InputError` naming the
-    right line; a corrupt ``.gz`` file raises it too.
+    See the module docstring for what is accepted; everything else raises
+    :class:`InputError` naming the file and the line it was found on.
     """
-    path = Path(path)
-    _check_file(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    path = check_input_file(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
     lineno = 0
     try:
         with opener(path, "rb") as f:
-            for lineno, raw in enumerate(f, start=1):  # noqa: B007 - lineno used below
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as err:
-                    raise InputError(f"not UTF-8 text ({err.reason})", path, lineno) from None
-                yield lineno, line.rstrip("\r\n")
+            while raw := f.readline(MAX_LINE_BYTES + 1):
+                if len(raw) > MAX_LINE_BYTES:
+                    raise InputError(
+                        f"expected lines of at most {MAX_LINE_BYTES // 2**20} MiB, found a "
+                        "longer one (binary data?)",
+                        path,
+                        lineno + 1,
+                    )
+                if lineno == 0:
+                    raw = _first_line(raw, path)
+                text = _decode(raw, path, lineno + 1)
+                if text.endswith("\n"):
+                    text = text[:-1]
+                if text.endswith("\r"):
+                    text = text[:-1]
+                if "\r" not in text:
+                    lineno += 1
+                    yield lineno, text
+                    continue
+                for piece in text.split("\r"):  # CR-only line ends: one line per piece
+                    lineno += 1
+                    yield lineno, piece
     except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-        raise InputError(f"corrupt gzip data ({err})", path, lineno + 1) from None
+        raise InputError(f"corrupt gzip data: expected a gzip stream ({err})", path) from None
+    except OSError as err:
+        raise InputError(f"cannot read the file: {_reason(err)}", path) from None
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
-    """Write ``path`` through a temp file in the same folder, renamed into place on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
-        with os.fdopen(fd, mode, **kwargs) as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+def read_tokens(path: str | Path) -> list[str]:
+    """A vocabulary file: one token per line, every line a token; a repeated token is refused."""
+    tokens: list[str] = []
+    first: dict[str, int] = {}
+    for lineno, token in read_lines(path):
+        if token in first:
+            raise InputError(
+                f"expected each token once, got {token!r} again (first on line {first[token]})",
+                path,
+                lineno,
+            )
+        first[token] = lineno
+        tokens.append(token)
+    return tokens
+
+
+def read_text(path: str | Path) -> str:
+    """The whole text of ``path`` through :func:`read_lines`: lines joined by ``\\n``."""
+    return "\n".join(line for _, line in read_lines(path))

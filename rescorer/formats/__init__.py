@@ -29,9 +29,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from rescorer.core.errors import InputError
+from rescorer.core.errors import InputError, shorten
 from rescorer.formats import espnet, hyporadise, json_formats, kaldi, srilm
-from rescorer.formats._common import first_content_line, is_dir, shorten
+from rescorer.formats._common import first_content_line, is_dir
 from rescorer.nbest import NBest
 
 READERS: dict[str, Callable[[Path], NBest]] = {
@@ -55,7 +55,10 @@ WRITERS: dict[str, Callable[[NBest, Path], None]] = {
     "hyporadise": hyporadise.write_hyporadise,
 }
 
-__all__ = ["READERS", "WRITERS", "detect_format", "read_nbest", "write_nbest"]
+FILE_FORMATS = frozenset({"json", "jsonl"})
+"""Formats written as one file; the others are folders."""
+
+__all__ = ["FILE_FORMATS", "READERS", "WRITERS", "detect_format", "read_nbest", "write_nbest"]
 
 
 def _srilm_line_format(line: str) -> str | None:

@@ -6,17 +6,14 @@ from :mod:`rescorer.core.constants`.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import re
-import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from rescorer.core.errors import InputError
+from rescorer.core.errors import InputError, shorten
 from rescorer.core.io import read_lines
 from rescorer.nbest import NBest
 
@@ -26,105 +23,6 @@ T = TypeVar("T")
 _HAS_SPACE = re.compile(r"\s")
 
 
-def lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """:func:`rescorer.core.io.read_lines`, with unreadable files (a corrupt ``.gz``, no permission)
-    also turned into :class:`InputError` naming the file."""
-    try:
-        yield from read_lines(path)
-    except (OSError, EOFError, zlib.error) as err:
-        raise InputError(f"cannot read file ({shorten(str(err))})", path) from None
-
-
-def parse_float(text: str, path: str | Path, line: int | None, what: str) -> float:
-    """``float(text)``, raising :class:`InputError` for non-numbers and non-finite values."""
-    try:
-        value = float(text)
-    except (ValueError, OverflowError):
-        raise InputError(f"{what}: not a number: {shorten(text)!r}", path, line) from None
-    if not math.isfinite(value):
-        raise InputError(f"{what}: non-finite value {shorten(text)!r}", path, line)
-    return value
-
-
-def json_number(value: object, path: str | Path, line: int | None, what: str) -> float:
-    """A finite JSON number (``bool`` is not a number), else :class:`InputError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{what}: expected a number, got {type_name(value)}", path, line)
-    try:
-        result = float(value)
-    except OverflowError:
-        raise InputError(f"{what}: number out of range", path, line) from None
-    if not math.isfinite(result):
-        raise InputError(f"{what}: non-finite value {value!r}", path, line)
-    return result
-
-
-class DuplicateKey(Exception):
-    """A JSON object repeats ``key`` (raised by :func:`no_duplicate_keys`)."""
-
-    def __init__(self, key: str):
-        self.key = key
-
-
-def no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    """``object_pairs_hook`` for :mod:`json` that refuses repeated keys."""
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-@contextlib.contextmanager
-def json_errors(path: str | Path, line: int | None, decoder_lines: bool = False) -> Iterator[None]:
-    """Turn every failure of :mod:`json` decoding inside the block into :class:`InputError`.
-
-    ``line`` names the line the decoded text started on (None: unknown). Syntax errors take the
-    decoder's own line number instead when ``line`` is None or ``decoder_lines`` is set (the
-    text decoded is the whole file, so its line numbers are the file's).
-    """
-    try:
-        yield
-    except json.JSONDecodeError as err:
-        at = err.lineno if line is None or decoder_lines else line
-        raise InputError(f"invalid JSON: {err.msg} (column {err.colno})", path, at) from None
-    except DuplicateKey as err:
-        raise InputError(f"duplicate JSON key {shorten(err.key)!r}", path, line) from None
-    except RecursionError:
-        raise InputError("JSON nested too deeply", path, line) from None
-    except ValueError as err:  # e.g. integers with too many digits
-        raise InputError(f"invalid JSON: {shorten(str(err))}", path, line) from None
-
-
-def json_string(value: object, path: str | Path, line: int | None, what: str) -> str:
-    """A JSON string that is valid Unicode (no lone surrogates), else :class:`InputError`."""
-    if not isinstance(value, str):
-        raise InputError(f"{what}: expected a string, got {type_name(value)}", path, line)
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InputError(f"{what}: invalid Unicode (lone surrogate)", path, line) from None
-    return value
-
-
-def type_name(value: object) -> str:
-    """The JSON name of a parsed value's type."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 def check_utt_id(utt_id: str, path: str | Path, line: int | None) -> str:
     """Utterance ids must be non-empty and free of whitespace (they are written as fields)."""
     if not utt_id or _HAS_SPACE.search(utt_id):
@@ -132,11 +30,6 @@ def check_utt_id(utt_id: str, path: str | Path, line: int | None) -> str:
             f"bad utterance id {shorten(utt_id)!r}: empty or has whitespace", path, line
         )
     return utt_id
-
-
-def shorten(text: str, limit: int = 60) -> str:
-    """``text`` cut to ``limit`` characters for error messages."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def format_float(value: float) -> str:
@@ -153,7 +46,7 @@ def read_keyed(
     the repeat, naming the line of the first occurrence.
     """
     out: dict[str, tuple[int, T]] = {}
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         parts = line.split(maxsplit=1)
         if not parts:
             continue
@@ -184,7 +77,7 @@ def is_dir(path: Path) -> bool:
 
 def first_content_line(path: Path) -> tuple[int, str] | None:
     """The first non-blank line of a text file as ``(line_number, line)``, or None if none."""
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         if line.strip():
             return lineno, line
     return None

@@ -30,19 +30,17 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from rescorer.core.errors import InputError, check_same_ids
-from rescorer.core.io import atomic_write
+from rescorer.core.errors import InputError, check_same_ids, shorten
+from rescorer.core.json_input import json_number, json_string, parse_json
+from rescorer.core.numbers import MAX_DIGITS, parse_float
+from rescorer.core.output import atomic_dir, atomic_write
 from rescorer.formats._common import (
     check_field,
     check_finite,
     check_nbest_fields,
     format_float,
     is_dir,
-    json_number,
-    json_string,
-    parse_float,
     read_keyed,
-    shorten,
 )
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
@@ -69,7 +67,7 @@ def find_kbest_dirs(path: Path) -> tuple[Path, list[tuple[int, Path]]]:
     found: list[tuple[int, Path]] = []
     for child in root.iterdir():
         m = KBEST_DIR.match(child.name)
-        if m and is_dir(child):
+        if m and len(m.group(1)) <= MAX_DIGITS and is_dir(child):
             found.append((int(m.group(1)), child))
     if not found:
         raise InputError("no <k>best_recog folders found (looked for raw_hypotheses/)", root)
@@ -111,11 +109,9 @@ def _parse_scores(path: Path) -> Callable[[str, int], dict[str, float]]:
 
     def parse(rest: str, lineno: int) -> dict[str, float]:
         try:
-            obj = json.loads(rest)
-        except (ValueError, RecursionError) as err:
-            raise InputError(
-                f"scores are not valid JSON ({shorten(str(err))})", path, lineno
-            ) from None
+            obj = parse_json(rest, path, lineno)
+        except InputError as err:
+            raise InputError(f"scores are not valid JSON: {err.message}", path, lineno) from None
         if not isinstance(obj, dict):
             raise InputError("scores must be a JSON object {name: value}", path, lineno)
         out: dict[str, float] = {}
@@ -209,9 +205,10 @@ def _tensor(value: float) -> str:
 def write_espnet(nbest: NBest, path: Path) -> None:
     """Write ``nbest`` as ``<path>/raw_hypotheses/<k>best_recog/{text,score,scores,token}``.
 
-    Scores are written as they are stored (natural log). Stale files of this layout in the
-    target (ranks beyond the new N, or a ``token``/``score``/``scores`` not written this time)
-    are removed so that reading the folder back gives exactly ``nbest``.
+    Scores are written as they are stored (natural log). ``raw_hypotheses/`` is written as one
+    set (:func:`rescorer.core.output.atomic_dir`): its ``<k>best_recog`` folders are replaced
+    together, so reading the folder back gives exactly ``nbest``, and a killed run leaves the
+    previous set; other entries of ``raw_hypotheses/`` and the rest of ``path`` are kept.
     """
     check_nbest_fields(nbest)
     check_finite(nbest)
@@ -227,60 +224,46 @@ def write_espnet(nbest: NBest, path: Path) -> None:
             raise ValueError(
                 f"utterance {utt_id!r} has no hypotheses; ESPnet folders cannot hold it"
             )
-    root = Path(path) / "raw_hypotheses"
     # An empty set still gets an (empty) 1best_recog so that it reads back.
     max_n = max((len(nb) for nb in nbest.values()), default=1)
     any_named = any(set(h.scores) - {TOTAL_NAME} for nb in nbest.values() for h in nb)
-    for k in range(1, max_n + 1):
-        rank = [(u, nb[k - 1]) for u, nb in nbest.items() if len(nb) >= k]
-        folder = root / f"{k}best_recog"
-        has_total = all(TOTAL_NAME in h.scores for _, h in rank)
-        with_tokens = sum(h.tokens is not None for _, h in rank)
-        if 0 < with_tokens < len(rank):
-            raise ValueError(
-                f"rank {k}: only {with_tokens} of {len(rank)} hypotheses have tokens; "
-                "the ESPnet token file needs all or none"
-            )
-        written = {TEXT}
-        with atomic_write(folder / TEXT) as f:
+    with atomic_dir(Path(path) / "raw_hypotheses", owned=_is_rank_folder) as root:
+        for k in range(1, max_n + 1):
+            rank = [(u, nb[k - 1]) for u, nb in nbest.items() if len(nb) >= k]
+            _write_rank(root / f"{k}best_recog", k, rank, any_named)
+
+
+def _is_rank_folder(name: str) -> bool:
+    """Entries of ``raw_hypotheses/`` that a written set replaces (all ``<k>best_recog``)."""
+    return KBEST_DIR.match(name) is not None
+
+
+def _write_rank(folder: Path, k: int, rank: list[tuple[str, Hypothesis]], any_named: bool) -> None:
+    has_total = all(TOTAL_NAME in h.scores for _, h in rank)
+    with_tokens = sum(h.tokens is not None for _, h in rank)
+    if 0 < with_tokens < len(rank):
+        raise ValueError(
+            f"rank {k}: only {with_tokens} of {len(rank)} hypotheses have tokens; "
+            "the ESPnet token file needs all or none"
+        )
+    folder.mkdir()
+    with atomic_write(folder / TEXT) as f:
+        for u, h in rank:
+            f.write(f"{u} {h.text}\n" if h.words else f"{u}\n")
+    if has_total:
+        with atomic_write(folder / SCORE) as f:
             for u, h in rank:
-                f.write(f"{u} {h.text}\n" if h.words else f"{u}\n")
-        if has_total:
-            written.add(SCORE)
-            with atomic_write(folder / SCORE) as f:
-                for u, h in rank:
-                    f.write(f"{u} {_tensor(h.scores[TOTAL_NAME])}\n")
-        named_here = any_named or (not has_total and any(h.scores for _, h in rank))
-        if named_here:
-            written.add(SCORES)
-            with atomic_write(folder / SCORES) as f:
-                for u, h in rank:
-                    obj = {
-                        n: _tensor(v)
-                        for n, v in h.scores.items()
-                        if not (has_total and n == TOTAL_NAME)
-                    }
-                    f.write(f"{u} {json.dumps(obj, ensure_ascii=False)}\n")
-        if with_tokens:
-            written.add(TOKEN)
-            with atomic_write(folder / TOKEN) as f:
-                for u, h in rank:
-                    f.write(" ".join((u, *(h.tokens or ()))) + "\n")
-        for name in {TEXT, SCORE, SCORES, TOKEN} - written:
-            _remove_stale(folder / name)
-    if root.is_dir():
-        for child in root.iterdir():
-            m = KBEST_DIR.match(child.name)
-            if m and int(m.group(1)) > max_n and child.is_dir():
-                for name in (TEXT, SCORE, SCORES, TOKEN):
-                    _remove_stale(child / name)
-                try:
-                    child.rmdir()
-                except OSError:
-                    logger.warning("could not remove stale folder %s", child)
-
-
-def _remove_stale(path: Path) -> None:
-    if path.exists():
-        logger.warning("removing stale %s", path)
-        path.unlink()
+                f.write(f"{u} {_tensor(h.scores[TOTAL_NAME])}\n")
+    if any_named or (not has_total and any(h.scores for _, h in rank)):
+        with atomic_write(folder / SCORES) as f:
+            for u, h in rank:
+                obj = {
+                    n: _tensor(v)
+                    for n, v in h.scores.items()
+                    if not (has_total and n == TOTAL_NAME)
+                }
+                f.write(f"{u} {json.dumps(obj, ensure_ascii=False)}\n")
+    if with_tokens:
+        with atomic_write(folder / TOKEN) as f:
+            for u, h in rank:
+                f.write(" ".join((u, *(h.tokens or ()))) + "\n")

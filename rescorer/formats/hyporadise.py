@@ -37,20 +37,11 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write
-from rescorer.formats._common import (
-    check_finite,
-    check_nbest_fields,
-    check_utt_id,
-    json_errors,
-    json_number,
-    json_string,
-    lines,
-    no_duplicate_keys,
-    shorten,
-    type_name,
-)
+from rescorer.core.errors import InputError, shorten
+from rescorer.core.io import read_lines
+from rescorer.core.json_input import decoder, json_errors, json_number, json_string, type_name
+from rescorer.core.output import atomic_write
+from rescorer.formats._common import check_finite, check_nbest_fields, check_utt_id
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
 logger = logging.getLogger(__name__)
@@ -91,9 +82,9 @@ class _Text:
 
 def _records(path: Path) -> Iterator[tuple[int, object]]:
     """``(line, value)`` of each element of the file's top-level JSON array."""
-    doc = _Text("\n".join(line for _, line in lines(path)))
+    doc = _Text("\n".join(line for _, line in read_lines(path)))
     text = doc.text
-    decoder = json.JSONDecoder(object_pairs_hook=no_duplicate_keys)
+    records = decoder()
     pos = doc.skip_space(0)
     if pos >= len(text) or text[pos] != "[":
         found = "nothing" if pos >= len(text) else repr(text[pos])
@@ -109,7 +100,7 @@ def _records(path: Path) -> Iterator[tuple[int, object]]:
         while True:
             line = doc.line_at(pos)
             with json_errors(path, line, decoder_lines=True):
-                value, pos = decoder.raw_decode(text, pos)
+                value, pos = records.raw_decode(text, pos)
             yield line, value
             pos = doc.skip_space(pos)
             if pos < len(text) and text[pos] == ",":

@@ -26,31 +26,18 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write
-from rescorer.formats._common import (
-    check_finite,
-    check_nbest_fields,
-    check_utt_id,
-    json_errors,
-    json_number,
-    json_string,
-    lines,
-    no_duplicate_keys,
-    shorten,
-    type_name,
-)
+from rescorer.core import json_input
+from rescorer.core.errors import InputError, shorten
+from rescorer.core.io import read_lines
+from rescorer.core.json_input import json_number, json_string, parse_json, type_name
+from rescorer.core.numbers import MAX_DIGITS
+from rescorer.core.output import atomic_write
+from rescorer.formats._common import check_finite, check_nbest_fields, check_utt_id
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
 _RANK_KEY = re.compile(r"^(.*?)([0-9]+)$")
 REF_KEY = "ref"
 _HYP_FIELDS = ("text", "tokens")
-
-
-def _loads(text: str, path: Path, line: int | None) -> object:
-    """Parse JSON text, turning every failure into :class:`InputError`."""
-    with json_errors(path, line):
-        return json.loads(text, object_pairs_hook=no_duplicate_keys)
 
 
 def _tokens(value: object, path: Path, line: int | None, what: str) -> tuple[str, ...] | None:
@@ -90,7 +77,7 @@ def _json_hyp(value: object, path: Path, what: str) -> Hypothesis:
 def read_json(path: Path) -> NBest:
     """Read a ``{utt: {hypN: {...}, "ref": ...}}`` JSON file (see the module docstring)."""
     path = Path(path)
-    obj = _loads("\n".join(line for _, line in lines(path)), path, None)
+    obj = json_input.read_json(path)
     if not isinstance(obj, dict):
         hint = " (an array of records is the hyporadise format)" if isinstance(obj, list) else ""
         raise InputError(f"expected a JSON object of utterances, got {type_name(obj)}{hint}", path)
@@ -108,7 +95,7 @@ def read_json(path: Path) -> NBest:
                     refs[utt] = ref
                 continue
             m = _RANK_KEY.match(key)
-            if not m:
+            if not m or len(m.group(2)) > MAX_DIGITS:
                 raise InputError(
                     f"utterance {utt!r}: key {shorten(key)!r} is neither 'ref' nor a "
                     "hypothesis key ending in its rank (hyp1, hyp2, ...)",
@@ -187,10 +174,10 @@ def read_jsonl(path: Path) -> NBest:
     lists = []
     refs: dict[str, tuple[str, ...]] = {}
     first_line: dict[str, int] = {}
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         if not line.strip():
             continue
-        obj = _loads(line, path, lineno)
+        obj = parse_json(line, path, lineno)
         if not isinstance(obj, dict):
             raise InputError(f"expected a JSON object, got {type_name(obj)}", path, lineno)
         unknown = set(obj) - _LINE_KEYS

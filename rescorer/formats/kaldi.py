@@ -21,17 +21,16 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from rescorer.core.errors import InputError, check_same_ids
-from rescorer.core.io import atomic_write
+from rescorer.core.errors import InputError, check_same_ids, shorten
+from rescorer.core.numbers import MAX_DIGITS, parse_float
+from rescorer.core.output import atomic_dir, atomic_write
 from rescorer.formats._common import (
     check_file_name,
     check_finite,
     check_nbest_fields,
     format_float,
     is_dir,
-    parse_float,
     read_keyed,
-    shorten,
 )
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
@@ -62,9 +61,11 @@ def cost_files(folder: Path) -> dict[str, Path]:
 def split_hyp_id(hyp_id: str, path: Path, line: int) -> tuple[str, int]:
     """``"utt-3"`` -> ``("utt", 3)``; the rank must be 1 or more."""
     m = _HYP_ID.match(hyp_id)
-    if not m or int(m.group(2)) < 1:
+    if not m or len(m.group(2)) > MAX_DIGITS or int(m.group(2)) < 1:
         raise InputError(
-            f"id {shorten(hyp_id)!r} is not <uttid>-<N> with a 1-based rank N", path, line
+            f"expected an id <uttid>-<N> with a 1-based rank N, got {shorten(hyp_id)!r}",
+            path,
+            line,
         )
     return m.group(1), int(m.group(2))
 
@@ -119,8 +120,9 @@ def write_kaldi(nbest: NBest, path: Path) -> None:
     """Write ``text`` and one ``<name>_cost`` file (``-score``) per score name.
 
     Only scores that every hypothesis has are written (a warning names the others); ``am``
-    goes to ``ac_cost``. Stale ``*_cost`` files in the folder are removed so that the folder
-    reads back as ``nbest``.
+    goes to ``ac_cost``. ``text`` and the ``*_cost`` files are replaced as one set (stale
+    ``*_cost`` files dropped, other files of the folder kept), so the folder reads back as
+    ``nbest`` and a killed run leaves the previous set.
     """
     check_nbest_fields(nbest)
     check_finite(nbest)
@@ -141,20 +143,19 @@ def write_kaldi(nbest: NBest, path: Path) -> None:
                 f"{COST_TO_SCORE[name]!r}"
             )
         check_file_name(name, "score name")
-    folder = Path(path)
-    with atomic_write(folder / TEXT) as f:
-        for utt_id, nb in nbest.items():
-            for rank, hyp in enumerate(nb, start=1):
-                f.write(f"{utt_id}-{rank} {hyp.text}\n" if hyp.words else f"{utt_id}-{rank}\n")
-    written = set()
-    for name in names:
-        file_name = SCORE_TO_COST.get(name, name) + COST_SUFFIX
-        written.add(file_name)
-        with atomic_write(folder / file_name) as f:
+    with atomic_dir(path, owned=_is_kaldi_file) as folder:
+        with atomic_write(folder / TEXT) as f:
             for utt_id, nb in nbest.items():
                 for rank, hyp in enumerate(nb, start=1):
-                    f.write(f"{utt_id}-{rank} {format_float(-hyp.scores[name])}\n")
-    for p in folder.iterdir():
-        if p.name.endswith(COST_SUFFIX) and p.name not in written and p.is_file():
-            logger.warning("removing stale %s", p)
-            p.unlink()
+                    f.write(f"{utt_id}-{rank} {hyp.text}\n" if hyp.words else f"{utt_id}-{rank}\n")
+        for name in names:
+            file_name = SCORE_TO_COST.get(name, name) + COST_SUFFIX
+            with atomic_write(folder / file_name) as f:
+                for utt_id, nb in nbest.items():
+                    for rank, hyp in enumerate(nb, start=1):
+                        f.write(f"{utt_id}-{rank} {format_float(-hyp.scores[name])}\n")
+
+
+def _is_kaldi_file(name: str) -> bool:
+    """Entries of the folder that a written set replaces: ``text`` and every ``*_cost``."""
+    return name == TEXT or name.endswith(COST_SUFFIX)

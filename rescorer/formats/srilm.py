@@ -35,8 +35,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rescorer.core.constants import BOS, BYTELOG_TO_LN, EOS, LN10
-from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write
+from rescorer.core.errors import InputError, shorten
+from rescorer.core.io import read_lines
+from rescorer.core.numbers import parse_count, parse_float
+from rescorer.core.output import atomic_dir, atomic_write
 from rescorer.formats._common import (
     check_file_name,
     check_finite,
@@ -44,10 +46,7 @@ from rescorer.formats._common import (
     first_content_line,
     is_dir,
     is_file,
-    lines,
-    parse_float,
     score_or_fail,
-    shorten,
 )
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
@@ -129,6 +128,10 @@ def _parse2(tokens: list[str], path: Path, line: int) -> Hypothesis:
         acoustic += a
         words.append(group[0])
         prev_end = end
+    if not (math.isfinite(acoustic) and math.isfinite(lm)):
+        raise InputError(
+            "expected sums of g: and a: scores in float range, got an overflow", path, line
+        )
     scores = {
         "score": total * BYTELOG_TO_LN,
         "acoustic": acoustic * BYTELOG_TO_LN,
@@ -142,11 +145,10 @@ def _parse3(tokens: list[str], path: Path, line: int) -> Hypothesis:
         raise InputError(f"{tokens[0]} header: this is not the 3-column format", path, line)
     if len(tokens) < 3:
         raise InputError("expected 'ascore lscore nwords w1 w2 ...'", path, line)
-    acoustic = parse_float(tokens[0], path, line, "acoustic log10 score")
-    lm = parse_float(tokens[1], path, line, "LM log10 score")
-    if not tokens[2].isascii() or not tokens[2].isdigit():
-        raise InputError(f"word count {shorten(tokens[2])!r} is not a whole number", path, line)
-    scores = {"acoustic": acoustic * LN10, "lm": lm * LN10, "nwords": float(int(tokens[2]))}
+    acoustic = parse_float(tokens[0], path, line, "acoustic log10 score", scale=LN10)
+    lm = parse_float(tokens[1], path, line, "LM log10 score", scale=LN10)
+    nwords = parse_count(tokens[2], path, line, "word count")
+    scores = {"acoustic": acoustic, "lm": lm, "nwords": float(nwords)}
     return Hypothesis(_words(tokens[3:]), scores)
 
 
@@ -163,7 +165,7 @@ def read_srilm_file(path: Path, fmt: str, utt_id: str | None = None) -> NBestLis
     path = Path(path)
     hyps: list[Hypothesis] = []
     seen_header = header is None
-    for lineno, line in lines(path):
+    for lineno, line in read_lines(path):
         tokens = line.split()
         if not tokens:
             continue
@@ -204,7 +206,7 @@ def looks_like_nbest_line(line: str) -> bool:
 
 def _read_list(list_path: Path) -> list[tuple[Path, Path | None, int | None]]:
     out: list[tuple[Path, Path | None, int | None]] = []
-    for lineno, line in lines(list_path):
+    for lineno, line in read_lines(list_path):
         name = line.strip()
         if not name:
             continue
@@ -295,15 +297,21 @@ def _write_files(
     for utt_id in nbest:
         check_file_name(utt_id, "utterance id")
         names.append(utt_id + WRITE_SUFFIX)  # the reader strips exactly this suffix again
-    for (utt_id, nb), name in zip(nbest.items(), names, strict=True):
-        with atomic_write(folder / name) as f:
-            if header is not None:
-                f.write(header + "\n")
-            for rank, hyp in enumerate(nb, start=1):
-                f.write(line(hyp, utt_id, rank) + "\n")
-    with atomic_write(folder / LIST_NAME) as f:
-        for name in names:
-            f.write(name + "\n")
+    with atomic_dir(folder, owned=_is_srilm_file) as tmp:
+        for (utt_id, nb), name in zip(nbest.items(), names, strict=True):
+            with atomic_write(tmp / name) as f:
+                if header is not None:
+                    f.write(header + "\n")
+                for rank, hyp in enumerate(nb, start=1):
+                    f.write(line(hyp, utt_id, rank) + "\n")
+        with atomic_write(tmp / LIST_NAME) as f:
+            for name in names:
+                f.write(name + "\n")
+
+
+def _is_srilm_file(name: str) -> bool:
+    """Entries of the folder that a written set replaces: ``*.nbest`` and ``nbest.list``."""
+    return name == LIST_NAME or name.endswith(WRITE_SUFFIX)
 
 
 def write_srilm1(nbest: NBest, path: Path, *, score: str = "score") -> None:

@@ -6,18 +6,27 @@ them into natural logs.
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rescorer.core.constants import BOS, EOS, LN10
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 from rescorer.text import CASE_MODES, case_function, choose_case
 
 logger = logging.getLogger(__name__)
+
+ARPA_HEADER = b"\\data\\"
+_UTF8_BOM = b"\xef\xbb\xbf"
 
 
 class KenLM:
@@ -43,10 +52,13 @@ class KenLM:
         if case not in CASE_MODES:
             raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
         logger.info("loading KenLM model %s", path)
-        try:
-            self._model = kenlm.Model(str(path))
-        except (OSError, RuntimeError) as err:
-            raise ValueError(f"cannot load KenLM model {path}: {err}") from None
+        with normalised_arpa(path) as readable:
+            try:
+                self._model = kenlm.Model(str(readable))
+            except (OSError, RuntimeError, ValueError) as err:  # ValueError: undecodable text
+                raise InputError(
+                    f"expected a KenLM model (ARPA text or binary), got an error: {err}", path
+                ) from None
         self._kenlm = kenlm
         self.name = name or path.name.split(".")[0]
         self.path = path
@@ -181,6 +193,51 @@ class KenLM:
 
     def __repr__(self) -> str:
         return f"KenLM({str(self.path)!r}, order={self.order}, case={self._case!r})"
+
+
+def read_head(path: Path, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of ``path`` (decompressed for ``.gz``)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            return f.read(size)
+    except (OSError, EOFError, zlib.error) as err:
+        raise InputError(f"cannot read the model file ({err})", path) from None
+
+
+def is_arpa_text(head: bytes) -> bool:
+    """Whether a file starting with ``head`` is ARPA text (``\\data\\`` after a byte-order mark
+    and blank lines); KenLM binaries are not."""
+    return head.removeprefix(_UTF8_BOM).lstrip().startswith(ARPA_HEADER)
+
+
+def _needs_normalising(path: Path) -> bool:
+    """Whether ``path`` is ARPA text with a byte-order mark or CR line ends (KenLM would read
+    the CR as part of every word)."""
+    try:
+        head = read_head(path)
+    except InputError:
+        return False  # not ours to judge: KenLM reports what it cannot read
+    return is_arpa_text(head) and (head.startswith(_UTF8_BOM) or b"\r" in head)
+
+
+@contextlib.contextmanager
+def normalised_arpa(path: Path) -> Iterator[Path]:
+    """``path``, or for an ARPA file with a UTF-8 byte-order mark or CRLF/CR line ends a
+    temporary LF copy read through :func:`rescorer.core.io.read_lines` (which refuses NUL and
+    undecodable bytes with file:line), so such a file scores exactly like its clean twin."""
+    if not _needs_normalising(path):
+        yield path
+        return
+    logger.warning(
+        "%s: ARPA with a byte-order mark or CR line ends; reading a normalised copy", path
+    )
+    with tempfile.TemporaryDirectory(prefix="rescorer-arpa-") as tmp:
+        copy = Path(tmp) / "model.arpa"
+        with open(copy, "w", encoding="utf-8", newline="\n") as f:
+            for _, line in read_lines(path):
+                f.write(line + "\n")
+        yield copy
 
 
 def load_kenlm_lm(spec: LMSpec, options: Mapping[str, Any]) -> LanguageModel:

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from rescorer.core.errors import InputError
-from rescorer.core.io import atomic_write
+from rescorer.core.json_input import json_number, read_json
+from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm, parse_spec
 from rescorer.lms.base import check_advance, token_sums
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
@@ -168,10 +169,7 @@ class MixtureSpec:
     @classmethod
     def load(cls, path: str | Path) -> MixtureSpec:
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise InputError(f"cannot read the mixture file: {err}", path) from None
+        data = read_json(path)
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise InputError(f"expected a JSON object with format {FORMAT!r}", path)
         if data.get("version") != VERSION:
@@ -184,7 +182,7 @@ class MixtureSpec:
         try:
             return cls(
                 tuple(c["spec"] for c in comps),
-                tuple(float(c.get("weight", math.nan)) for c in comps),
+                tuple(json_number(c.get("weight"), path, None, "weight") for c in comps),
                 data.get("meta") or {},
             )
         except (TypeError, ValueError) as err:

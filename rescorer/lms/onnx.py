@@ -50,6 +50,7 @@ from export.format import (
 )
 from export.runtime import OnnxMeta, create_session
 from rescorer.core.context_key import ContextKey, ContextKeys
+from rescorer.core.io import read_tokens
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import WordVocab
@@ -145,13 +146,7 @@ class OnnxLM(WordLM):
                 f"{path}: its vocabulary file {vocab_path} is missing (metadata vocab_file); "
                 f"an export is the .onnx file plus that file"
             )
-        try:
-            text = vocab_path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{vocab_path}: not UTF-8: {err}") from None
-        tokens = text.split("\n")
-        if tokens and tokens[-1] == "":
-            tokens.pop()
+        tokens = read_tokens(vocab_path)
         if len(tokens) != self.meta.vocab_size:
             raise ValueError(
                 f"{vocab_path}: has {len(tokens)} tokens but {path.name} says "

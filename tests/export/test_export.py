@@ -387,7 +387,7 @@ def test_read_context_records(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"bad.jsonl:2: .*unknown value 'weather'"):
         read_context_records(bad, model)
     bad.write_text("{oops\n")
-    with pytest.raises(InputError, match=r"bad.jsonl:1: not valid JSON"):
+    with pytest.raises(InputError, match=r"bad.jsonl:1: invalid JSON"):
         read_context_records(bad)
     bad.write_text("\n")
     with pytest.raises(InputError, match="no context records"):

@@ -166,6 +166,14 @@ def test_tampered_weights(saved: Path) -> None:
     with pytest.raises(ValueError, match=r"model\.safetensors: .*unexpected \['extra\.weight'\]"):
         load_checkpoint(saved)
 
+    for bad in (float("nan"), float("inf")):
+        poisoned = dict(good)
+        poisoned["cells.1.Z_R"] = good["cells.1.Z_R"].clone()
+        poisoned["cells.1.Z_R"].view(-1)[1] = bad
+        save_file(poisoned, str(weights_file))
+        with pytest.raises(ValueError, match=r"'cells\.1\.Z_R' holds 1 NaN/inf value"):
+            load_checkpoint(saved)
+
     weights_file.write_bytes(weights_file.read_bytes()[:100])
     with pytest.raises(ValueError, match=r"model\.safetensors: unreadable"):
         load_checkpoint(saved)
@@ -180,8 +188,13 @@ def test_tampered_vocab_and_missing_files(saved: Path, tmp_path: Path) -> None:
     vocab_file.write_text("\n".join(VOCAB[:-1]) + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"vocab\.txt: has 7 tokens but config\.json says"):
         load_checkpoint(saved)
+    vocab_file.write_text("\n".join([*VOCAB[:-1], "cat"]) + "\n", encoding="utf-8")
+    with pytest.raises(
+        ValueError, match=r"vocab\.txt:8: expected each token once, got 'cat' again"
+    ):
+        load_checkpoint(saved)
     (saved / "config.json").write_text("{not json")
-    with pytest.raises(ValueError, match=r"config\.json: not valid JSON"):
+    with pytest.raises(ValueError, match=r"config\.json:1: invalid JSON"):
         load_checkpoint(saved)
     (saved / "config.json").unlink()
     with pytest.raises(ValueError, match=r"config\.json: missing"):
@@ -212,7 +225,7 @@ def test_non_finite_weights_and_repeated_tokens_are_refused(saved: Path) -> None
     load_checkpoint(saved)  # the untouched weights load
     tokens = [*VOCAB[:-1], "cat"]  # 'cat' twice: two ids for one word
     (saved / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"vocab\.txt:8: token 'cat' repeats line 5"):
+    with pytest.raises(ValueError, match=r"vocab\.txt:8: expected each token once, got 'cat'"):
         load_checkpoint(saved)
 
 

@@ -76,10 +76,10 @@ def test_weights_round_trip_and_validation(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "match"),
     [
-        ("not json", "not a JSON weights file"),
+        ("not json", "w.json:1: invalid JSON"),
         ('{"features": {"am": 1}}', '"format": "rescorer-weights"'),
         ('{"format": "rescorer-weights", "version": 9, "features": {"am": 1}}', "version 9"),
-        ('{"format": "rescorer-weights", "version": 1, "features": {"am": "x"}}', "numbers"),
+        ('{"format": "rescorer-weights", "version": 1, "features": {"am": "x"}}', "got a string"),
         ('{"format": "rescorer-weights", "version": 1, "features": {}}', "at least one"),
     ],
 )

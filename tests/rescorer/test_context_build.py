@@ -10,7 +10,7 @@ import pytest
 from rescorer.context_build import ContextBuildOptions, build_contexts, utt_place, write_contexts
 from rescorer.contexts import read_contexts
 from tests.conftest import write_espnet_set
-from tests.rescorer.cli.test_cli import assert_input_error, assert_usage_error, run
+from tests.rescorer.cli.test_cli import assert_input_error, run
 
 
 def chapter_texts() -> dict[str, tuple[str, ...]]:
@@ -111,7 +111,9 @@ def test_cli_bad_input(tmp_path: Path) -> None:
     nbest = nbest_set(tmp_path / "dev")
     out = tmp_path / "ctx.jsonl"
     result = run(["context", "build", "--nbest", nbest, "--from", tmp_path / "nope", "--out", out])
-    assert_usage_error(result, "--from", "first-pass")
+    # one line naming the missing path, exit 2 (the input layer's check, before anything runs)
+    assert result.exit_code == 2 and "nope: file not found" in result.output
+    assert "Traceback" not in result.output and "Usage:" not in result.output
     partial = tmp_path / "1best.txt"
     partial.write_text("7-70-0000 a\n", encoding="utf-8")
     result = run(["context", "build", "--nbest", nbest, "--from", partial, "--out", out])

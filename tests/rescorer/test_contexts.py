@@ -61,7 +61,7 @@ def test_format_detected_from_content_and_gzip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
-        ('{"utt": "u1", "genre": "news"}\n{"utt": "u2", genre}\n', 2, "not valid JSON"),
+        ('{"utt": "u1", "genre": "news"}\n{"utt": "u2", genre}\n', 2, "invalid JSON"),
         ('["u1", "news"]\n', 1, "expected an object"),
         ('{"genre": "news"}\n', 1, 'missing "utt"'),
         ('{"utt": "", "genre": "news"}\n', 1, "non-empty string utterance id"),
@@ -104,7 +104,7 @@ def test_malformed_tsv_lines(tmp_path: Path, text: str, line: int, message: str)
 def test_empty_tsv_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="empty context file"):
         read_contexts(write(tmp_path / "ctx.tsv", "\n\n"))
-    with pytest.raises(InputError, match="file not found"):
+    with pytest.raises(InputError, match="expected an existing file"):
         read_contexts(tmp_path / "nope.tsv")
 
 

@@ -416,7 +416,7 @@ def test_read_requests_and_stream(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"bad.tsv:1: expected 'history"):
         read_requests(bad)
     bad.write_text("a\tb\t[1]\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"bad.tsv:1: context: expected a JSON object"):
+    with pytest.raises(InputError, match=r"bad.tsv:1: context: expected an object, got an array"):
         read_requests(bad)
 
 

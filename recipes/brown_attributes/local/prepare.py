@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from lm_models.lbl.train import LBLTrainConfig, read_documents
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 
 def main() -> None:

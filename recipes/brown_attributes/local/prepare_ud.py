@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from lm_models.conllu import iter_conllu
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 # Treebank folder under DATA_DIR/ud -> the value of the ``lang`` attribute.
 TREEBANKS = {"UD_English-LinES": "en", "UD_Turkish-IMST": "tr", "UD_Uyghur-UDT": "ug"}

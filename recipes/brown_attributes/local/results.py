@@ -44,8 +44,8 @@ from lm_models.lbl.train import (
     score_rows,
 )
 from lm_models.vocab import UNK_ID, Vocabulary
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 
 CLASSIFY_TOKENS = 150  # tokens of each document used to infer its genre vector
 CLASSIFY_TRAIN_EVERY = 2  # every 2nd training document trains the logistic regression

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 
 PAPER_T3 = [None, 36.6, 35.9, 29.8, 27.4]
 PAPER_T4 = [27.4, 29.6, 33.5, 34.8, 36.6, 643]

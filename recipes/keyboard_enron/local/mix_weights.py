@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm
 from rescorer.predict import em_mixture_weights, read_word_list
 

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lm_models.corpora import read_brown
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 # Dotted abbreviations and initials (U.S., a.m., J.), upper-case words, other words.

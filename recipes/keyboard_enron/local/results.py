@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 from rescorer.keyboard import compare_systems, read_sentence_results, read_sentences
 
 SYSTEMS = [

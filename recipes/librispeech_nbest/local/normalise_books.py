@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 from rescorer.normalize import librispeech_normalise
 
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from lm_models.lstm.summary import TrainingSummary
 from rescorer.combine import Weights, one_best
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
 from rescorer.refs import read_kaldi_text, read_references
 from rescorer.significance import compare

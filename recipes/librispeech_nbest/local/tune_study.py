@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from rescorer.combine import one_best
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
 from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, TuneResult, tune

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lm_models.fnlm.factors import FactorSettings
 from lm_models.fnlm.train import read_sentences
-from rescorer.core.io import atomic_write
+from rescorer.core.output import atomic_write
 
 SPLITS = ("train", "dev", "test")
 RARE = "<rare>"

@@ -29,8 +29,8 @@ from lm_models.fnlm.factors import FactorSettings
 from lm_models.fnlm.model import FactoredLM, load_fnlm
 from lm_models.fnlm.train import read_sentences
 from lm_models.vocab import UNK_ID
-from rescorer.core.io import atomic_write
 from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
 from rescorer.lms.kenlm import KenLM
 from rescorer.lms.mixture import em_weights, mix_logprobs
 

@@ -95,7 +95,7 @@ def test_fnlm_train_bad_config(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         main, ["fnlm-train", str(tmp_path / "c.json"), "--out", "o", "--data-dir", str(tmp_path)]
     )
-    assert result.exit_code == 2 and "file not found" in result.output
+    assert result.exit_code == 2 and "expected an existing file" in result.output
 
 
 # -- fnlm-eval ------------------------------------------------------------------------------------

@@ -286,6 +286,6 @@ def test_lbl_export_command(ckpt: Path, tmp_path: Path) -> None:
     (bad_ckpt / "config.json").write_text("{broken")
     result = CliRunner().invoke(main, ["lbl-export", str(bad_ckpt), str(tmp_path / "b.onnx")])
     assert result.exit_code == 2
-    assert "config.json: not valid JSON" in result.output
+    assert "config.json:1: invalid JSON" in result.output
     result = CliRunner().invoke(main, ["lbl-export", str(ckpt), str(out), "--context", "year=1961"])
     assert result.exit_code == 2 and "not an attribute" in result.output

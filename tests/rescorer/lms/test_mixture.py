@@ -151,7 +151,7 @@ def test_mixture_file_round_trip_and_relative_paths(tmp_path: Path, tiny_arpa: P
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{", "cannot read the mixture file"),
+        ("{", "mix.json:1: invalid JSON"),
         ('{"format": "other"}', "format 'rescorer-mixture'"),
         ('{"format": "rescorer-mixture", "version": 9}', "version 1"),
         ('{"format": "rescorer-mixture", "version": 1, "components": [1]}', "components"),

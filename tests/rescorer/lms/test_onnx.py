@@ -495,7 +495,7 @@ def test_cli_score_tune_and_ppl_with_onnx(
     assert outs[0] == outs[1]  # the multi-context export: every line the same
     assert outs[0] != outs[2]  # the scorer has NEWS folded in: other contexts differ
     result = run(["ppl", "--lm", f"onnx:{tmp_path / 'missing.onnx'}", "--text", cli_set["ref"]])
-    assert result.exit_code == 2 and "does not exist" in result.output
+    assert result.exit_code == 2 and "missing.onnx: model file not found" in result.output
     result = run(
         ["ppl", "--lm", f"onnx:{files['step']}", "--text", cli_set["ref"], "--device", "tpu"]
     )
