@@ -47,7 +47,7 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -480,6 +480,92 @@ class FactorEncoder:
                     self._cache[values] = ids
             out[i] = ids
         return out
+
+
+# -- lexicon: annotation for plain text -----------------------------------------------------------
+
+LEXICON_FIELDS: tuple[str, ...] = ("lemma", "upos", "xpos", "feats")
+"""The annotation a :class:`Lexicon` stores per word, in its file's column order."""
+_NONE = ""  # a field the training word did not have (None), as written in the lexicon file
+
+
+class Lexicon:
+    """Each training word's most frequent annotation, to annotate plain text like the training data.
+
+    The paper obtained its factors by running an analyser over the text; N-best hypotheses have
+    none, so a model with annotation factors (lemma, POS, FEATS) would see every history word's
+    factors as unknown and stop depending on the history. A lexicon built from the training
+    sentences maps each word (its lower-cased form) to the annotation it carried most often
+    there (ties: the smallest value tuple), and :meth:`annotate` gives plain words that
+    annotation. Words it does not know stay unannotated, i.e. their annotation factors are
+    unknown, as for a word never seen in training (section 6).
+    """
+
+    def __init__(self, language: str, entries: Mapping[str, tuple[str | None, ...]]) -> None:
+        for key, fields in entries.items():
+            if len(fields) != len(LEXICON_FIELDS):
+                raise ValueError(
+                    f"lexicon entry {key!r}: expected {len(LEXICON_FIELDS)} fields "
+                    f"{list(LEXICON_FIELDS)}, got {len(fields)}"
+                )
+        self.language = language
+        self.entries = dict(entries)
+
+    @classmethod
+    def fit(cls, language: str, sentences: Iterable[Sequence[WordLike]]) -> Lexicon:
+        """From annotated training sentences (words without any annotation are skipped)."""
+        counts: dict[str, Counter[tuple[str | None, ...]]] = {}
+        for words in sentences:
+            for w in words:
+                fields = tuple(getattr(w, name) for name in LEXICON_FIELDS)
+                if all(f is None for f in fields):
+                    continue
+                key = normalise_word(w.form, True, language)
+                counts.setdefault(key, Counter())[fields] += 1
+        entries = {
+            key: min(c.items(), key=lambda fc: (-fc[1], tuple(f or _NONE for f in fc[0])))[0]
+            for key, c in counts.items()
+        }
+        return cls(language, entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def annotate(self, word: WordLike) -> WordLike:
+        """``word`` with its lexicon annotation when it has none of its own and is listed."""
+        if any(getattr(word, name) is not None for name in LEXICON_FIELDS):
+            return word
+        fields = self.entries.get(normalise_word(word.form, True, self.language))
+        if fields is None:
+            return word
+        return PlainWord(word.form, *fields)
+
+    def to_text(self) -> str:
+        """``word<TAB>lemma<TAB>upos<TAB>xpos<TAB>feats`` per line (empty: not annotated)."""
+        lines = (
+            "\t".join((key, *(_NONE if f is None else f for f in fields))) + "\n"
+            for key, fields in sorted(self.entries.items())
+        )
+        return "".join(lines)
+
+    @classmethod
+    def load(cls, path: str | Path, language: str) -> Lexicon:
+        """Read :meth:`to_text`'s format (InputError naming the line for a malformed one)."""
+        entries: dict[str, tuple[str | None, ...]] = {}
+        width = 1 + len(LEXICON_FIELDS)
+        for lineno, line in read_lines(path):
+            parts = line.split("\t")
+            if len(parts) != width or not parts[0]:
+                raise InputError(
+                    f"expected {width} tab-separated fields (word, "
+                    f"{', '.join(LEXICON_FIELDS)}), got {len(parts)}",
+                    path,
+                    lineno,
+                )
+            if parts[0] in entries:
+                raise InputError(f"word {parts[0]!r} listed twice", path, lineno)
+            entries[parts[0]] = tuple(None if f == _NONE else f for f in parts[1:])
+        return cls(language, entries)
 
 
 # -- unknown factors (section 6) -------------------------------------------------------------------

@@ -56,6 +56,7 @@ from lm_models.fnlm.factors import (
     FactorEncoder,
     FactorSettings,
     FactorVocab,
+    Lexicon,
     WordLike,
     check_strategy,
     unknown_vector,
@@ -328,6 +329,7 @@ class FactoredLM:
         vocab: Vocabulary,
         encoder: FactorEncoder,
         word_counts: Mapping[str, int],
+        lexicon: Lexicon | None = None,
     ) -> None:
         cfg = model.config
         if len(vocab) != cfg.vocab_size:
@@ -338,6 +340,9 @@ class FactoredLM:
         self.vocab = vocab
         self.encoder = encoder
         self.word_counts = dict(word_counts)
+        # Each training word's annotation, for plain text (None: the model needs none, or the
+        # checkpoint predates lexicons).
+        self.lexicon = lexicon
         rare = sum(1 for w in self.word_counts if w not in vocab)
         if rare != cfg.rare_types:
             raise ValueError(f"{rare} rare training words, config says {cfg.rare_types}")
@@ -421,17 +426,21 @@ class FactoredLM:
     # -- checkpoints -----------------------------------------------------------------------------
     def save(self, path: str | Path, training_meta: Mapping[str, Any] | None = None) -> Path:
         """A checkpoint folder (lm_models.checkpoint): config, ``vocab.txt`` (output units),
-        safetensors weights, plus ``words.txt`` (training word counts) and ``factor<i>.txt``
-        (the known values of factor i with their counts, in id order)."""
+        safetensors weights, plus ``words.txt`` (training word counts), ``factor<i>.txt``
+        (the known values of factor i with their counts, in id order) and, for a model with
+        annotation factors, ``lexicon.txt`` (:class:`~lm_models.fnlm.factors.Lexicon`)."""
 
         ranked = sorted(self.word_counts.items(), key=lambda wc: (-wc[1], wc[0]))
         extra = {WORDS_FILE: "".join(f"{w}\t{c}\n" for w, c in ranked)}
         for i, vocab in enumerate(self.encoder.vocabs):
             extra[factor_file(i)] = vocab.to_text()
+        if self.lexicon is not None:
+            extra[LEXICON_FILE] = self.lexicon.to_text()
         return save_checkpoint(path, self.model, self.vocab.tokens, training_meta, extra)
 
 
 WORDS_FILE = "words.txt"
+LEXICON_FILE = "lexicon.txt"
 
 
 def factor_file(i: int) -> str:
@@ -468,7 +477,11 @@ def load_fnlm(path: str | Path, device: str | torch.device = "cpu") -> FactoredL
             )
         vocabs.append(vocab)
     encoder = FactorEncoder(cfg.settings(), vocabs)
-    return FactoredLM(model, Vocabulary(tokens), encoder, _read_word_counts(path / WORDS_FILE))
+    lexicon = None
+    if (path / LEXICON_FILE).exists():
+        lexicon = Lexicon.load(path / LEXICON_FILE, cfg.language)
+    counts = _read_word_counts(path / WORDS_FILE)
+    return FactoredLM(model, Vocabulary(tokens), encoder, counts, lexicon)
 
 
 register_model_type("fnlm", FNLMConfig, FNLM)

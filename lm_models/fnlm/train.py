@@ -51,8 +51,10 @@ from lm_models.corpora import read_brown_tagged, split_documents
 from lm_models.fnlm.factors import (
     FactorEncoder,
     FactorSettings,
+    Lexicon,
     WordLike,
     check_strategy,
+    needs_annotation,
     words_of_conllu,
     words_of_tagged,
     words_of_text,
@@ -301,7 +303,11 @@ def build_lm(
         rare_types=sum(1 for c in counts.values() if c < min_count),
     )
     torch.manual_seed(cfg.train.seed)
-    lm = FactoredLM(FNLM(config), vocab, encoder, counts)
+    # Plain text (N-best hypotheses) has no annotation: the lexicon gives it the training one.
+    lexicon = None
+    if any(needs_annotation(f) for f in settings.factors):
+        lexicon = Lexicon.fit(settings.language, train)
+    lm = FactoredLM(FNLM(config), vocab, encoder, counts, lexicon)
     summary = {
         "train_sentences": len(tokens),
         "train_words": sum(counts.values()),
@@ -312,6 +318,7 @@ def build_lm(
         "unk_share": config.unk_share,
         "rare_types": config.rare_types,
         "parameters": lm.model.num_parameters(),
+        "lexicon_words": 0 if lexicon is None else len(lexicon),
     }
     return lm, summary
 

@@ -71,6 +71,15 @@ for tb in $TREEBANKS; do
     } > "$out/mix_cli.txt.tmp"
     mv "$out/mix_cli.txt.tmp" "$out/mix_cli.txt"
   fi
+  if run_stage 4 && [ ! -s "$out/fnlm_cli.txt" ]; then
+    # The FNLM itself on plain text, as N-best hypotheses reach it: no gold annotation, each
+    # word's lemma/POS/FEATS from the lexicon saved with the model (its most frequent training
+    # annotation); words outside it have unknown factors (check in RESULTS.md).
+    log "stage 4: $tb: the FNLM on plain text through the CLI (lexicon annotation)"
+    "$RESCORER" -q ppl --lm "fnlm=fnlm:$out/fnlm_seed$first" --text "$out/test.txt" \
+      --lm-case none > "$out/fnlm_cli.txt.tmp"
+    mv "$out/fnlm_cli.txt.tmp" "$out/fnlm_cli.txt"
+  fi
 done
 
 if run_stage 5; then

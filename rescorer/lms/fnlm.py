@@ -3,11 +3,14 @@
 
 N-best hypotheses are plain words without annotation, so each word's factors are computed by
 the plain-text extractors of :mod:`lm_models.fnlm.factors` (the word, lower-cased form, stem,
-suffixes, shape). Factors that need annotation (lemma, POS, FEATS) cannot be computed: for
-every hypothesis word they are *unknown* and get the model's unknown-factor vector (section 6 of
-Alexandrescu & Kirchhoff 2006, strategy from the checkpoint unless given), exactly as for an
-unseen word. A warning says so when the model is loaded; a model meant for rescoring is best
-trained on plain-text factors only (its scores are then the same as in training).
+suffixes, shape). Factors that need annotation (lemma, POS, FEATS) come from the checkpoint's
+lexicon (``lexicon.txt``: each training word's most frequent annotation, as the paper obtained
+its factors from an analyser run over the text): a hypothesis word listed there gets that
+annotation, any other word has unknown annotation factors and gets the model's unknown-factor
+vector (section 6 of Alexandrescu & Kirchhoff 2006, strategy from the checkpoint unless given),
+exactly as an unseen word. A model with annotation factors and no lexicon (trained before
+lexicons existed) is refused: every history word would be unknown and its scores would not
+depend on the history.
 
 Words are case-mapped into the model's vocabulary as for KenLM (``case``). A word never seen in
 training is flagged OOV and scored as ``<unk>`` with the unseen-word share (lm_models.fnlm.model);
@@ -20,7 +23,7 @@ Scoring a batch: every token of every sentence becomes one (history, target) row
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +31,14 @@ from typing import Any
 import numpy as np
 
 from lm_models.fnlm.factors import (
+    PLAIN_FACTORS,
     PlainWord,
+    WordLike,
     check_strategy,
     needs_annotation,
     words_of_text,
 )
-from lm_models.fnlm.model import EncodedTokens, load_fnlm
+from lm_models.fnlm.model import LEXICON_FILE, EncodedTokens, load_fnlm
 from rescorer.core.constants import EOS
 from rescorer.core.device import resolve_device
 from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
@@ -72,13 +77,23 @@ class FNLMLanguageModel(WordLM):
         self.name = name or path.name
         self.path = path
         self.words = words
+        # Factors that plain text cannot give; the lexicon supplies them (None: not needed).
         self.missing_factors = tuple(f for f in cfg.factors if needs_annotation(f))
-        if self.missing_factors:
-            logger.warning(
-                "%s: factors %s need annotation that plain text does not have; they are "
-                "unknown for every word (strategy %s)",
+        self.lexicon = self._lm.lexicon if self.missing_factors else None
+        if self.missing_factors and self.lexicon is None:
+            raise ValueError(
+                f"{path}: factors {list(self.missing_factors)} need annotation that N-best text "
+                f"does not have, and the checkpoint has no {LEXICON_FILE} to supply it (it "
+                "predates lexicons); retrain it with fnlm-train, or use a model with plain-text "
+                f"factors only ({list(PLAIN_FACTORS)})"
+            )
+        if self.lexicon is not None:
+            logger.info(
+                "%s: factors %s from the training lexicon (%d words); other words have them "
+                "unknown (strategy %s)",
                 path,
                 list(self.missing_factors),
+                len(self.lexicon),
                 self.strategy,
             )
 
@@ -88,6 +103,13 @@ class FNLMLanguageModel(WordLM):
 
     def _known(self, word: str) -> bool:
         return self._lm.is_known(self._token(word))
+
+    def _words(self, forms: Iterable[str]) -> list[WordLike]:
+        """Plain words, annotated from the lexicon where the model reads annotation."""
+        words = words_of_text(forms)
+        if self.lexicon is None:
+            return words
+        return [self.lexicon.annotate(w) for w in words]
 
     # -- scoring ----------------------------------------------------------------------------------
     def _score_rows(self, history: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -116,7 +138,7 @@ class FNLMLanguageModel(WordLM):
         if not sentences:
             return []
         fn = self.words.mapping(sentences)
-        enc = self._lm.encode([words_of_text(fn(w) for w in s) for s in sentences])
+        enc = self._lm.encode([self._words(fn(w) for w in s) for s in sentences])
         flat = self._score_rows(enc.history, enc.targets) + enc.log_extra
         bounds = np.cumsum((0, *enc.lengths))
         return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
@@ -132,7 +154,7 @@ class FNLMLanguageModel(WordLM):
         if check_advance(states, tokens):
             return np.zeros(0), []
         fn = self.words.current()
-        words = [PlainWord(t if t == EOS else fn(t)) for t in tokens]
+        words = self._words(t if t == EOS else fn(t) for t in tokens)
         targets, extra = [], []
         for w in words:
             unit, ext, _ = self._lm.target(w.form if w.form == EOS else self._lm.token(w))
@@ -154,6 +176,7 @@ class FNLMLanguageModel(WordLM):
             "order": cfg.order,
             "strategy": self.strategy,
             "case": self.case,
+            "lexicon_words": None if self.lexicon is None else len(self.lexicon),
         }
 
 

@@ -382,6 +382,35 @@ def test_training_lowers_dev_perplexity(tmp_path: Path) -> None:
     assert Counter(lm.word_counts)["the"] == 200
 
 
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_training_weighs_occurrences_by_count_flattening(tmp_path: Path, alpha: float) -> None:
+    # "x a" 40 times, "x b" 4 times: without flattening the model learns P(a|x) ~ 10 P(b|x); with
+    # alpha = 1 each pattern's total weight is C_min (eq. 4), so a and b after x end up alike.
+    # A training loop that ignored the weights, or the config's alpha, would fail one case.
+    lines = ["x a"] * 40 + ["x b"] * 4
+    train = write_text(tmp_path / "train.txt", lines)
+    # The checkpoint kept is the best on dev: a dev text whose word ratios are the ones each
+    # objective leads to (10:1, or even), so the selection does not undo the training.
+    dev = train if alpha == 0.0 else write_text(tmp_path / "dev.txt", ["x a", "x b"])
+    cfg = FNLMTrainConfig.from_json(
+        {
+            "data": {"corpus": "plain", "train": str(train), "dev": str(dev),
+                     "factors": ["word"], "output_min_count": 1},
+            "model": {"order": 2, "embed_dim": 4, "hidden_dim": 8, "output": "full",
+                      "dropout": 0.0},
+            "train": {"epochs": 60, "batch_size": 44, "lr": 0.05, "l2": 0.0, "patience": 60,
+                      "flatten_alpha": alpha},
+        }
+    )  # fmt: skip
+    train_fnlm(cfg, tmp_path, tmp_path / "m", progress=False)
+    lm = load_fnlm(tmp_path / "m")
+    lp_a, lp_b = (lm.token_logprobs([[PlainWord("x"), PlainWord(w)]])[0][1] for w in "ab")
+    if alpha == 0.0:
+        assert lp_a - lp_b == pytest.approx(math.log(10), abs=0.3)
+    else:
+        assert abs(lp_a - lp_b) < 0.3
+
+
 def test_brown_corpus_with_the_tag_as_a_factor(tmp_path: Path) -> None:
     brown = tmp_path / "brown"
     brown.mkdir()

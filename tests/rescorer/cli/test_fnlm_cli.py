@@ -4,7 +4,6 @@ mix-weights commands, with mixtures used by ppl, score and rescore (CliRunner)."
 from __future__ import annotations
 
 import json
-import logging
 import math
 import random
 import re
@@ -16,9 +15,10 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from lm_models.fnlm.factors import words_of_text
+from lm_models.fnlm.factors import Lexicon, PlainWord, words_of_text
 from lm_models.fnlm.model import load_fnlm
 from rescorer.cli.main import main
+from rescorer.core.errors import InputError
 from rescorer.formats import read_nbest
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel
@@ -207,37 +207,89 @@ def test_adapter_scores_like_the_model(tmp_path: Path) -> None:
     np.testing.assert_allclose([x[1] for x in stream][:4], got[0], rtol=1e-6)
 
 
-def test_adapter_case_mapping_and_missing_annotation(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    lines = ab_lines(40, 0)
+def _train_tagged(tmp_path: Path, factors: list[str], epochs: int = 1) -> Path:
+    """An FNLM over a CoNLL-U corpus where "a" and "c" carry the tag X and "b" the tag Y: the
+    next word depends on the previous word's tag (after X: b, after Y: a or c)."""
+    rng = random.Random(0)
     conllu = []
-    for i, line in enumerate(lines):
-        rows = [f"{j + 1}\t{w}\t{w}\tX\t_\t_\t0\troot\t_\t_" for j, w in enumerate(line.split())]
+    for i in range(60):
+        words = [rng.choice("ac")]
+        for _ in range(rng.randint(1, 5)):
+            words.append("b" if words[-1] in "ac" else rng.choice("ac"))
+        tags = ["Y" if w == "b" else "X" for w in words]
+        rows = [f"{j + 1}\t{w}\t{w}\t{t}\t_\t_\t0\troot\t_\t_"
+                for j, (w, t) in enumerate(zip(words, tags, strict=True))]  # fmt: skip
         conllu.append(f"# sent_id = {i}\n" + "\n".join(rows) + "\n")
     (tmp_path / "t.conllu").write_text("\n".join(conllu), encoding="utf-8")
     config = {
         "data": {"corpus": "conllu", "train": "t.conllu", "dev": "t.conllu",
-                 "factors": ["word", "upos"]},
-        "model": {"order": 2, "embed_dim": 2, "hidden_dim": 4, "num_classes": 2},
-        "train": {"epochs": 1},
+                 "factors": factors},
+        "model": {"order": 2, "embed_dim": 4, "hidden_dim": 8, "num_classes": 2},
+        "train": {"epochs": epochs, "lr": 0.05, "batch_size": 16},
     }  # fmt: skip
     (tmp_path / "c.json").write_text(json.dumps(config))
     run("fnlm-train", str(tmp_path / "c.json"), "--out", str(tmp_path / "m"), "--data-dir",
         str(tmp_path))  # fmt: skip
-    logging.getLogger().addHandler(caplog.handler)  # the CLI's basicConfig(force) removed it
-    try:
-        with caplog.at_level(logging.WARNING):
-            lm = FNLMLanguageModel(tmp_path / "m", case="auto")
-    finally:
-        logging.getLogger().removeHandler(caplog.handler)
-    assert "['upos'] need annotation" in caplog.text
-    assert lm.missing_factors == ("upos",)
-    upper = lm.token_logprobs([["A", "B"]])[0]
-    assert lm.case in ("none", "lower", "upper")  # lower-cased model: the mapping is moot
-    lower = FNLMLanguageModel(tmp_path / "m").token_logprobs([["a", "b"]])[0]
-    np.testing.assert_allclose(upper, lower)
-    assert not lm.oov_flags([["A", "B"]])[0].any()
+    return tmp_path / "m"
+
+
+def test_adapter_annotates_plain_words_from_the_training_lexicon(tmp_path: Path) -> None:
+    # POS is the only input factor: without annotation every history would be unknown and a
+    # word's score would not depend on the word before it.
+    model = _train_tagged(tmp_path, ["upos"], epochs=8)
+    assert (model / "lexicon.txt").read_text().splitlines() == [
+        "a\ta\tX\t_\t_", "b\tb\tY\t_\t_", "c\tc\tX\t_\t_",
+    ]  # fmt: skip
+    lm = FNLMLanguageModel(model, case="auto")
+    assert lm.missing_factors == ("upos",) and len(lm.lexicon) == 3  # type: ignore[arg-type]
+    after_x = lm.token_logprobs([["a", "b"]])[0][1]
+    after_y = lm.token_logprobs([["b", "b"]])[0][1]
+    assert after_x - after_y > 0.5  # b follows X words in training, never Y ones
+    # The plain-text scores are those of the gold-annotated sentences.
+    fl = load_fnlm(model)
+    gold = [PlainWord("a", "a", "X", "_", "_"), PlainWord("b", "b", "Y", "_", "_")]
+    np.testing.assert_allclose(lm.token_logprobs([["a", "b"]])[0], fl.token_logprobs([gold])[0])
+    # A word outside the lexicon has an unknown tag, as an unseen word: "c" and "zz" differ.
+    assert lm.token_logprobs([["zz", "b"]])[0][1] != pytest.approx(after_x)
+    # Streaming annotates the same way.
+    states = [lm.start()]
+    _, states = lm.advance(states, ["a"])
+    lp, _ = lm.advance(states, ["b"])
+    assert lp[0] == pytest.approx(after_x, rel=1e-6)
+    # Upper-case hypotheses find the lower-cased lexicon entries.
+    np.testing.assert_allclose(
+        lm.token_logprobs([["A", "B"]])[0], lm.token_logprobs([["a", "b"]])[0]
+    )
+
+
+def test_adapter_refuses_annotation_factors_without_a_lexicon(tmp_path: Path) -> None:
+    model = _train_tagged(tmp_path, ["word", "upos"])
+    (model / "lexicon.txt").unlink()
+    with pytest.raises(ValueError, match=r"\['upos'\] need annotation .* no lexicon.txt"):
+        FNLMLanguageModel(model)
+    text = write(tmp_path / "x.txt", ["a b"])
+    result = CliRunner().invoke(main, ["ppl", "--lm", f"fnlm:{model}", "--text", str(text)])
+    assert result.exit_code == 2
+    assert "lexicon.txt" in result.output and "Traceback" not in result.output
+
+
+def test_lexicon_choice_round_trip_and_errors(tmp_path: Path) -> None:
+    sentences = [
+        [PlainWord("Run", "run", "VERB"), PlainWord("x")],
+        [PlainWord("run", "run", "NOUN"), PlainWord("run", "run", "NOUN")],
+        [PlainWord("tie", "b", "X"), PlainWord("tie", "a", "X")],
+    ]
+    lex = Lexicon.fit("", sentences)
+    assert lex.entries == {"run": ("run", "NOUN", None, None), "tie": ("a", "X", None, None)}
+    assert lex.annotate(PlainWord("RUN")) == PlainWord("RUN", "run", "NOUN")
+    assert lex.annotate(PlainWord("x")) == PlainWord("x")  # unannotated in training
+    own = PlainWord("run", "ran", "VERB")
+    assert lex.annotate(own) is own  # a word's own annotation wins
+    (tmp_path / "lexicon.txt").write_text(lex.to_text(), encoding="utf-8")
+    assert Lexicon.load(tmp_path / "lexicon.txt", "").entries == lex.entries
+    (tmp_path / "bad.txt").write_text("run\trun\tNOUN\t\t\nrun\trun\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"bad.txt:2: expected 5 tab-separated fields"):
+        Lexicon.load(tmp_path / "bad.txt", "")
 
 
 # -- mix-weights, and a mixture in ppl / score / rescore ---------------------------------------
