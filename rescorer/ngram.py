@@ -17,17 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rescorer.core.errors import InputError
+from rescorer.core.errors import InputError, KenLMToolError
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file
 
 logger = logging.getLogger(__name__)
 
 BINARY_TYPES = ("trie", "probing")
-
-
-class KenLMToolError(RuntimeError):
-    """lmplz or build_binary is missing or failed."""
 
 
 def find_program(name: str) -> Path:

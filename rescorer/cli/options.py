@@ -19,13 +19,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from rescorer.core.errors import FileError, InputError, OutputError, check_same_ids
+from rescorer.core.errors import (
+    FileError,
+    InputError,
+    KenLMToolError,
+    OutputError,
+    check_same_ids,
+)
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import check_output_dir, check_output_file
 from rescorer.formats import READERS, detect_format, read_nbest
 from rescorer.lms import LOADERS, parse_spec
 from rescorer.lms.contract import LMSpec
-from rescorer.ngram import KenLMToolError
 from rescorer.normalize import PRESETS, STEPS, Normalizer, get_normalizer
 from rescorer.refs import read_references, read_utt2spk
 from rescorer.text import CASE_MODES

@@ -86,3 +86,7 @@ def check_same_ids(
         raise InputError(
             f"{what} ids do not match{theirs}: {describe_id_mismatch(expected, got)}", path
         )
+
+
+class KenLMToolError(RuntimeError):
+    """lmplz or build_binary is missing or failed (raised by :mod:`rescorer.ngram`)."""

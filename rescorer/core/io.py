@@ -17,6 +17,7 @@ Outputs are written by :mod:`rescorer.core.output`.
 from __future__ import annotations
 
 import gzip
+import os
 import stat
 import zlib
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from rescorer.core.errors import InputError
 
 MAX_LINE_BYTES = 256 * 2**20
 """Longest line read (bytes); a longer one is refused instead of filling the memory."""
+WHOLE_FILE_BYTES = 16 * 2**20
+"""Plain files up to this size are read and decoded at once, larger ones line by line."""
 
 _BOM = b"\xef\xbb\xbf"
 _WIDE_BOMS = (
@@ -116,6 +119,10 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     :class:`InputError` naming the file and the line it was found on.
     """
     path = check_input_file(path)
+    text = _whole_text(path)
+    if text is not None:
+        yield from _split_lines(text)
+        return
     opener = gzip.open if path.name.endswith(".gz") else open
     lineno = 0
     try:
@@ -146,6 +153,49 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         raise InputError(f"corrupt gzip data: expected a gzip stream ({err})", path) from None
     except OSError as err:
         raise InputError(f"cannot read the file: {_reason(err)}", path) from None
+
+
+def _whole_text(path: Path) -> str | None:
+    """A small plain file's text decoded at once (the common case, several times faster than
+    line by line); None when :func:`read_lines` must go line by line: a ``.gz`` file, a pipe,
+    a large file, or one with anything to refuse, whose error the line-by-line path names."""
+    if path.name.endswith(".gz"):
+        return None
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            raw = f.read(WHOLE_FILE_BYTES + 1)
+    except OSError:
+        return None  # the line-by-line path reports it
+    if len(raw) > WHOLE_FILE_BYTES or b"\x00" in raw:
+        return None
+    if raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    elif any(raw.startswith(mark) for mark, _ in _WIDE_BOMS):
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _split_lines(text: str) -> Iterator[tuple[int, str]]:
+    """``(line_number, line)`` of a whole text, exactly as the line-by-line path gives them."""
+    pieces = text.split("\n")
+    if pieces[-1] == "":
+        pieces.pop()  # the end of the last line, or an empty file
+    lineno = 0
+    for piece in pieces:
+        if piece.endswith("\r"):
+            piece = piece[:-1]
+        if "\r" not in piece:
+            lineno += 1
+            yield lineno, piece
+            continue
+        for part in piece.split("\r"):  # CR-only line ends
+            lineno += 1
+            yield lineno, part
 
 
 def read_tokens(path: str | Path) -> list[str]:
