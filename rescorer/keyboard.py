@@ -2,24 +2,28 @@
 
 Keystroke convention
 --------------------
-A sentence ``w_1 .. w_n`` is typed word by word and **every word is followed by one space**, the
-last one too (its space, or the send key, ends the sentence). Without prediction it costs::
+A sentence ``w_1 .. w_n`` is typed word by word and every word but the last is followed by one
+space; the sentence ends with its last word (``final_space=True``, ``--final-space``, counts a
+space after it too, as when the send key or the next sentence's space is charged to it).
+Without prediction it costs::
 
-    baseline = sum_i (len(w_i) + 1)
+    baseline = sum_i (len(w_i) + 1) - 1        (+ 1 with final_space)
 
 With ``k`` suggestions shown: before each letter of ``w_i`` -- with ``j = 0 .. len(w_i) - 1``
 letters typed -- the keyboard shows the ``k`` most probable words that start with those letters.
 As soon as ``w_i`` is among them the user taps it, and the tap enters the word *and its space*:
 the word costs ``j + 1`` keystrokes (``j`` letters and one tap). If it is never shown the user
-types every letter and the space, ``len(w_i) + 1``, as without prediction (a suggestion that
-could only appear after the last letter saves nothing, so it is not looked for). Then::
+types every letter and the space, ``len(w_i) + 1`` (the last word: ``len(w_n)``, no space), as
+without prediction (a suggestion that could only appear after the last letter saves nothing, so
+it is not looked for). Then::
 
     KS = 1 - used / baseline        (0 <= KS < 1)
 
-Worked example, "on its way" with ``k = 1``: baseline = (2+1) + (3+1) + (3+1) = 11. Say the
+Worked example, "on its way" with ``k = 1``: baseline = (2+1) + (3+1) + 3 = 10. Say the
 model's first suggestion is "i" before any letter and "on" after "o": "on" costs 2 (``o``, tap).
 If "its" is the first suggestion after "on": 1 (tap). If "way" is never the first suggestion
-while typing ``w``, ``wa``: 4 (``w a y`` and the space). Used = 7, KS = 1 - 7/11 = 0.364.
+while typing ``w``, ``wa``: 3 (``w a y``). Used = 6, KS = 1 - 6/10 = 0.4 (with the final space:
+11 and 7, KS = 0.364).
 (``tests/rescorer/test_keyboard.py`` counts this and other sentences by hand.)
 
 Other conventions: words are compared in the vocabulary's case (see :mod:`rescorer.predict`);
@@ -85,6 +89,8 @@ class KeyboardOptions:
     ks: tuple[int, ...] = (1, 3, 5)
     # Top-k next-word accuracies measured before the first letter of each word.
     accuracy_ks: tuple[int, ...] = (1, 3)
+    # Count a space after the last word of each sentence (in the baseline and when it is typed).
+    final_space: bool = False
 
     def __post_init__(self) -> None:
         for name in ("ks", "accuracy_ks"):
@@ -99,8 +105,9 @@ class KeyboardOptions:
         return max(self.ks + self.accuracy_ks)
 
 
-def word_keystrokes(length: int, ranks: Sequence[int | None], k: int) -> int:
-    """Keystrokes to enter a word of ``length`` letters (and its space) with ``k`` suggestions.
+def word_keystrokes(length: int, ranks: Sequence[int | None], k: int, space: bool = True) -> int:
+    """Keystrokes to enter a word of ``length`` letters (and its space, when ``space``) with
+    ``k`` suggestions.
 
     ``ranks[j]`` is the word's 1-based place in the suggestion list shown after ``j`` letters
     (None: not in the list); entries from ``j = length`` on are ignored. Missing trailing entries
@@ -109,12 +116,15 @@ def word_keystrokes(length: int, ranks: Sequence[int | None], k: int) -> int:
     for j, r in enumerate(ranks[:length]):
         if r is not None and r <= k:
             return j + 1
-    return length + 1
+    return length + int(space)
 
 
-def sentence_baseline(words: Sequence[str]) -> int:
-    """Keystrokes without prediction: every letter and one space per word."""
-    return sum(len(w) + 1 for w in words)
+def sentence_baseline(words: Sequence[str], final_space: bool = False) -> int:
+    """Keystrokes without prediction: every letter and a space after every word but the last
+    (after the last too with ``final_space``)."""
+    if not words:
+        return 0
+    return sum(len(w) + 1 for w in words) - (0 if final_space else 1)
 
 
 @dataclass(frozen=True)
@@ -225,6 +235,8 @@ class KeyboardReport:
     vocabulary: int = 0
     # Wall time of the whole evaluation, seconds.
     seconds: float = 0.0
+    # Whether a space after each sentence's last word was counted (KeyboardOptions.final_space).
+    final_space: bool = False
 
     def ks(self, k: int) -> float:
         """Keystroke savings with ``k`` suggestions: 1 - used / baseline."""
@@ -249,6 +261,7 @@ class KeyboardReport:
             "oov": self.oov,
             "vocabulary": self.vocabulary,
             "baseline": self.baseline,
+            "final_space": self.final_space,
             "keystrokes": {str(k): v for k, v in self.keystrokes.items()},
             "ks": {str(k): self.ks(k) for k in self.keystrokes},
             "accuracy": {str(k): self.accuracy(k) for k in self.hits},
@@ -268,7 +281,8 @@ class KeyboardReport:
             [
                 f"{self.system}: {self.sentences} sentences, {self.words} words, "
                 f"{100 * self.oov_rate:.2f}% outside the {self.vocabulary}-word vocabulary",
-                f"keystroke savings: {ks} (baseline {self.baseline} keystrokes)",
+                f"keystroke savings: {ks} (baseline {self.baseline} keystrokes, "
+                f"{'a' if self.final_space else 'no'} space after a sentence's last word)",
                 f"next-word accuracy: {acc}; MRR {self.mrr:.4f}",
                 f"latency per keystroke: wall {self.latency.describe()}",
                 f"  CPU time {self.latency_cpu.describe()}",
@@ -356,12 +370,13 @@ def simulate_sentence(
                 break  # first from here on: every k is settled
             if target is None and latencies is None:
                 break  # never suggested, and no latencies wanted
+        space = options.final_space or i < len(words) - 1
         for k in keystrokes:
-            keystrokes[k] += word_keystrokes(len(word), ranks, k)
+            keystrokes[k] += word_keystrokes(len(word), ranks, k, space)
     return SentenceResult(
         id=sent_id,
         words=len(words),
-        baseline=sentence_baseline(words),
+        baseline=sentence_baseline(words, options.final_space),
         keystrokes=keystrokes,
         hits=hits,
         reciprocal_rank=rr,
@@ -421,6 +436,7 @@ def summarise(
         word_start_latency_cpu=LatencyStats.from_seconds(log.start_cpu),
         vocabulary=vocabulary,
         seconds=seconds,
+        final_space=options.final_space,
     )
 
 
@@ -585,7 +601,7 @@ def compare_systems(
         if ra.baseline != rb.baseline:
             raise InputError(
                 f"sentence {ra.id!r} has baseline {ra.baseline} in A but {rb.baseline} in B; "
-                "were both typed from the same text?"
+                "were both typed from the same text, with the same --final-space setting?"
             )
         if k not in ra.keystrokes or k not in rb.keystrokes:
             raise InputError(f"sentence {ra.id!r} has no keystroke count for k={k}")

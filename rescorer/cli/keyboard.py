@@ -254,6 +254,12 @@ def predict_cmd(
     show_default=True,
     help="Top-k next-word accuracies (before the first letter).",
 )
+@click.option(
+    "--final-space/--no-final-space",
+    default=False,
+    show_default=True,
+    help="Count a space after the last word of each sentence (in the baseline and when typed).",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="First N sentences only.")
 @click.option(
     "--per-sentence",
@@ -290,6 +296,7 @@ def keyboard_eval(
     context_path: Path | None,
     ks: tuple[int, ...],
     accuracy_ks: tuple[int, ...],
+    final_space: bool,
     limit: int | None,
     per_sentence_path: Path | None,
     report_path: Path | None,
@@ -300,15 +307,16 @@ def keyboard_eval(
 
     Each sentence is typed letter by letter with k suggestions shown; a suggestion equal to the
     intended word is tapped (one keystroke for the word and its space). KS = 1 - keystrokes
-    used / keystrokes without prediction, where every word costs its letters and one space
-    (see rescorer.keyboard for the convention and a worked example).
+    used / keystrokes without prediction, where every word costs its letters and one space,
+    the last word of a sentence no space unless --final-space (see rescorer.keyboard for the
+    convention and a worked example).
 
     \b
     Example:
       rescorer keyboard-eval --lm kenlm:3gram.arpa --text enronmobile/mobile_nvp.txt \\
           --per-sentence 3gram.jsonl --report 3gram.json
     """
-    options = KeyboardOptions(ks=ks, accuracy_ks=accuracy_ks)
+    options = KeyboardOptions(ks=ks, accuracy_ks=accuracy_ks, final_space=final_space)
     sentences = read_sentences(text_path, text_format)
     if not normalizer.is_identity:  # the test text as the training text was normalised
         sentences = [(sid, normalizer.words(words)) for sid, words in sentences]

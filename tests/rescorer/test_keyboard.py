@@ -84,11 +84,16 @@ def test_word_keystrokes_by_hand() -> None:
     assert word_keystrokes(3, [None, None, None], 5) == 4  # never: 3 letters + space
     assert word_keystrokes(2, [None], 1) == 3  # stopped early = not shown later
     assert word_keystrokes(1, [None, 1], 1) == 2  # a rank after the last letter is ignored
-    assert sentence_baseline(["on", "its", "way"]) == 11
+    assert word_keystrokes(3, [None, None, None], 5, space=False) == 3  # a last word, typed
+    assert word_keystrokes(3, [None, 4, 1], 1, space=False) == 3  # tapped: as before
+    assert sentence_baseline(["on", "its", "way"]) == 10  # no space after "way"
+    assert sentence_baseline(["on", "its", "way"], final_space=True) == 11
+    assert sentence_baseline([]) == 0
 
 
-def test_on_its_way_counted_by_hand(table_predictor: Predictor) -> None:
-    """ "on its way" (baseline 3 + 4 + 4 = 11), ranks read off TABLE:
+@pytest.mark.parametrize("final_space", [False, True])
+def test_on_its_way_counted_by_hand(table_predictor: Predictor, final_space: bool) -> None:
+    """ "on its way" (baseline 3 + 4 + 3 = 10, with the final space 11), ranks read off TABLE:
 
     on:  before any letter rank 4 (i, we, one, on); after "o" rank 2 (one, on)
          k=1: never first -> o n space = 3; k=3: o tap = 2; k=5: tap = 1
@@ -99,26 +104,28 @@ def test_on_its_way_counted_by_hand(table_predictor: Predictor) -> None:
     used: k=1 3+1+3 = 7, k=3 2+1+3 = 6, k=5 1+1+1 = 3.
     Before the first letter: top-1 and top-3 hit only "its"; MRR (1/4 + 1 + 1/5) / 3.
     """
-    options = KeyboardOptions(ks=(1, 3, 5), accuracy_ks=(1, 3))
+    options = KeyboardOptions(ks=(1, 3, 5), accuracy_ks=(1, 3), final_space=final_space)
     r = simulate_sentence(table_predictor, "s1", ["on", "its", "way"], options=options)
-    assert r.baseline == 11
-    assert dict(r.keystrokes) == {1: 7, 3: 6, 5: 3}
+    base = 11 if final_space else 10
+    assert r.baseline == base
+    assert dict(r.keystrokes) == {1: 7, 3: 6, 5: 3}  # "way" is tapped: its space is free
     assert dict(r.hits) == {1: 1, 3: 1}
     assert r.reciprocal_rank == pytest.approx(1 / 4 + 1 + 1 / 5)
     assert r.oov == 0
-    assert r.ks(1) == pytest.approx(4 / 11)
-    assert r.ks(3) == pytest.approx(5 / 11)
-    assert r.ks(5) == pytest.approx(8 / 11)
+    assert r.ks(1) == pytest.approx(1 - 7 / base)
+    assert r.ks(3) == pytest.approx(1 - 6 / base)
+    assert r.ks(5) == pytest.approx(1 - 3 / base)
 
 
-def test_oov_word_costs_letters_and_space(table_predictor: Predictor) -> None:
-    # "zebra" is not in the vocabulary: 5 letters + space for every k, rank 0 in MRR.
-    # "on" first: k=1 3, k=3 2 (as above).
-    r = simulate_sentence(
-        table_predictor, "s2", ["on", "zebra"], options=KeyboardOptions(ks=(1, 3), accuracy_ks=(1,))
-    )
-    assert r.baseline == 3 + 6
-    assert dict(r.keystrokes) == {1: 3 + 6, 3: 2 + 6}
+@pytest.mark.parametrize("final_space", [False, True])
+def test_oov_word_costs_its_letters(table_predictor: Predictor, final_space: bool) -> None:
+    # "zebra" is not in the vocabulary: its 5 letters (and the final space, when counted) for
+    # every k, rank 0 in MRR. "on" first: k=1 3, k=3 2 (as above).
+    options = KeyboardOptions(ks=(1, 3), accuracy_ks=(1,), final_space=final_space)
+    r = simulate_sentence(table_predictor, "s2", ["on", "zebra"], options=options)
+    zebra = 6 if final_space else 5
+    assert r.baseline == 3 + zebra
+    assert dict(r.keystrokes) == {1: 3 + zebra, 3: 2 + zebra}
     assert r.oov == 1
     assert r.reciprocal_rank == pytest.approx(1 / 4)
 
@@ -126,7 +133,7 @@ def test_oov_word_costs_letters_and_space(table_predictor: Predictor) -> None:
 def test_case_is_mapped_and_lengths_count_as_typed(table_predictor: Predictor) -> None:
     # the vocabulary is lower case: "On" is "on"; its letters count as typed (2)
     r = simulate_sentence(table_predictor, "s", ["On", "ITS"], options=KeyboardOptions(ks=(1,)))
-    assert r.baseline == 3 + 4
+    assert r.baseline == 3 + 3
     assert r.keystrokes[1] == 3 + 1
 
 
@@ -142,9 +149,10 @@ def test_evaluate_totals_and_latency(table_predictor: Predictor) -> None:
     ev = evaluate(table_predictor, sentences, options=KeyboardOptions(ks=(1, 3)))
     rep = ev.report
     assert rep.sentences == 2 and rep.words == 5 and rep.oov == 1
-    assert rep.baseline == 11 + 9
-    assert dict(rep.keystrokes) == {1: 7 + 9, 3: 6 + 8}
-    assert rep.ks(1) == pytest.approx(1 - 16 / 20)
+    assert rep.baseline == 10 + 8 and not rep.final_space
+    assert dict(rep.keystrokes) == {1: 7 + 8, 3: 6 + 7}
+    assert rep.ks(1) == pytest.approx(1 - 15 / 18)
+    assert rep.to_json()["final_space"] is False
     assert rep.accuracy(1) == pytest.approx(1 / 5)
     assert rep.mrr == pytest.approx((1 / 4 + 1 + 1 / 5 + 1 / 4) / 5)
     assert rep.latency.count > 0 and rep.latency.p95_ms >= rep.latency.p50_ms >= 0
@@ -157,9 +165,9 @@ def test_kenlm_bigram_by_hand(tiny_arpa: Path) -> None:
     """The tiny bigram of conftest (log10): after <s> a 0.5, b 10^(-0.30103-0.52288) = 0.15;
     after a: b 0.4, a 10^(-0.1-0.52288); after b: a and b tie at 10^(-0.2-0.52288).
 
-    "a b": a first, then b first: 1 + 1 = 2 of 4 -> KS 0.5 at every k.
+    "a b": a first, then b first: 1 + 1 = 2 of 3 (no space after the last word) at every k.
     "b a": b second before any letter (k=1: 1 letter + space = 2; k=3: 1); then a (tie with b,
-    alphabetical) first: 1. k=1: 3 of 4, k=3: 2 of 4.
+    alphabetical) first: 1. k=1: 3 of 3, k=3: 2 of 3.
     """
     lm = KenLM(tiny_arpa)
     predictor = Predictor(KenLMNextWord(lm, ["a", "b"]))
@@ -250,17 +258,29 @@ def test_cli_keyboard_eval_and_compare(tiny_arpa: Path, tmp_path: Path) -> None:
          "--accuracy", "1", "--per-sentence", out, "--report", report]
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "k=1 37.50%, k=3 50.00%" in res.output  # (2 + 3) of 8 and (2 + 2) of 8 used
+    # (2 + 3) of 6 and (2 + 2) of 6 used: no space after a sentence's last word
+    assert "k=1 16.67%, k=3 33.33% (baseline 6 keystrokes, no space after" in res.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["id"], r["baseline"], r["keystrokes"]) for r in rows] == [
-        ("ab", 4, {"1": 2, "3": 2}),
-        ("ba", 4, {"1": 3, "3": 2}),
+        ("ab", 3, {"1": 2, "3": 2}),
+        ("ba", 3, {"1": 3, "3": 2}),
     ]
     rep = json.loads(report.read_text())
-    assert rep["ks"] == {"1": 0.375, "3": 0.5} and rep["accuracy"] == {"1": 0.75}
-    assert rep["latency_ms"]["count"] > 0
+    assert rep["ks"] == pytest.approx({"1": 1 / 6, "3": 1 / 3}) and rep["accuracy"] == {"1": 0.75}
+    assert rep["latency_ms"]["count"] > 0 and rep["final_space"] is False
     res = run(["keyboard-compare", out, out, "-k", "1"])
     assert res.exit_code == 0 and "difference per.jsonl - per.jsonl +0.00 points" in res.output
+    # --final-space: each sentence's last word costs its space too (of 8)
+    spaced = tmp_path / "spaced.jsonl"
+    res = run(
+        ["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "1,3",
+         "--final-space", "--per-sentence", spaced]
+    )  # fmt: skip
+    assert res.exit_code == 0 and "k=1 37.50%, k=3 50.00% (baseline 8 keystrokes, a space" in (
+        res.output
+    )
+    res = run(["keyboard-compare", out, spaced, "-k", "1"])  # conventions differ: refused
+    assert res.exit_code == 2 and "same --final-space setting" in res.output
     res = run(["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "--compare", out])
     assert res.exit_code == 0 and res.output.count("verdict") == 2  # k = 1, 3 (no 5 in `out`)
 
@@ -293,4 +313,4 @@ def test_cli_keyboard_eval_warns_about_unknown_words_and_normalises(
     )  # fmt: skip
     assert fixed.exit_code == 0, fixed.output
     assert "0.00% outside the 2-word vocabulary" in fixed.output and "warning" not in fixed.output
-    assert "k=1 37.50%" in fixed.output  # the same sentences as the clean test above
+    assert "k=1 16.67%" in fixed.output  # the same sentences as the clean test above

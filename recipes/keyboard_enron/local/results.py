@@ -136,7 +136,8 @@ def main() -> None:
             "(not tuned for it), renormalised over the vocabulary."
         )
     lines += [
-        "- Keystrokes: every word costs its letters and one space without prediction; with k "
+        "- Keystrokes (`keyboard-eval --final-space`): every word, the last of a sentence "
+        "included, costs its letters and one space without prediction; with k "
         "suggestions shown before each letter, tapping the intended word costs one keystroke "
         "and enters the word and its space (`rescorer/keyboard.py`). KS = 1 - used / baseline. "
         "Top-k accuracy and MRR are measured before the first letter of each word.",
