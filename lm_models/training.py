@@ -32,6 +32,16 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from lm_models.distributed import (
+    World,
+    all_sum,
+    average_gradients,
+    broadcast_parameters,
+    broadcast_value,
+    check_same_batches,
+    current_world,
+    shard,
+)
 from rescorer.core.json_input import read_json
 
 logger = logging.getLogger(__name__)
@@ -213,6 +223,9 @@ class FitOptions:
     progress: bool = True
     # Names the run in the log lines and the progress bar (e.g. "FNLM").
     name: str = "train"
+    # Under torchrun, share each epoch's batches among the processes and average their
+    # gradients (lm_models.distributed); False for a trainer that does its own (the LSTM's DDP).
+    data_parallel: bool = True
 
     def __post_init__(self) -> None:
         if self.epochs < 0:
@@ -365,16 +378,23 @@ def fit(
     improved when ``keeper.best_epoch == record.epoch``).
     """
     t_start = time.perf_counter()
+    world = current_world() if options.data_parallel else World()
+    broadcast_parameters(model, world)  # every process starts from the main one's weights
     if keeper is None:
         keeper = BestKeeper(model, options.patience, options.lr_decay, initial_dev_ppl)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     cap = options.max_steps_per_epoch
     log: list[EpochRecord] = []
+    show = options.progress and world.is_main
     for epoch in range(start_epoch, options.epochs + 1):
         if keeper.stopped:
             break
         (train_mode or model.train)()
         batches = epoch_batches_fn(epoch)
+        if world.parallel:  # each process its equal share of the same list
+            batches = list(batches)
+            check_same_batches(batches, world, epoch)
+            batches = shard(batches, world)
         total = len(batches) if isinstance(batches, Sequence) else None
         if total is not None and cap is not None:
             total = min(total, cap)
@@ -385,7 +405,7 @@ def fit(
             total=total,
             desc=f"{options.name} epoch {epoch}",
             unit="batch",
-            disable=not options.progress,
+            disable=not show,
         )
         for n, batch in enumerate(bar):
             if cap is not None and n >= cap:
@@ -393,6 +413,7 @@ def fit(
             step = step_fn(batch)
             optimizer.zero_grad(set_to_none=True)
             step.loss.backward()
+            average_gradients(params, world)
             if options.grad_clip is not None:
                 nn.utils.clip_grad_norm_(params, options.grad_clip)
             optimizer.step()
@@ -403,7 +424,7 @@ def fit(
             tokens += step.count if step.tokens is None else step.tokens
             steps += 1
             now = time.perf_counter()
-            if options.progress and now - shown >= POSTFIX_SECONDS:
+            if show and now - shown >= POSTFIX_SECONDS:
                 shown = now  # the bar redraws by itself; the figures need not change every step
                 bar.set_postfix(
                     loss=f"{loss_sum / max(count, 1):.3f}",
@@ -415,6 +436,10 @@ def fit(
         dev = evaluate_fn()
         if not isinstance(dev, DevResult):
             dev = DevResult(float(dev))
+        if world.parallel:  # totals over the processes; the main process's dev value decides
+            loss_sum, count, tokens, steps = all_sum((loss_sum, count, tokens, steps), world)
+            count, tokens, steps = int(count), int(tokens), int(steps) // world.size
+            dev = DevResult(broadcast_value(dev.dev_ppl, world), dev.extra)
         record = EpochRecord(
             epoch=epoch,
             train_loss=loss_sum / max(count, 1),
@@ -427,7 +452,7 @@ def fit(
             extra=dict(dev.extra),
         )
         log.append(record)
-        logger.info(
+        (logger.info if world.is_main else logger.debug)(
             "%s epoch %d: train loss %.4f, dev %.3f%s, %d steps, %d tokens, %.1f s (%.0f tokens/s)",
             options.name,
             epoch,

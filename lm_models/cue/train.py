@@ -48,6 +48,7 @@ from lm_models.cue.model import (
     render_context,
     unigram_distributions,
 )
+from lm_models.distributed import world_from_env
 from lm_models.training import FitOptions, Step, fit
 from lm_models.vocab import Vocabulary
 from rescorer.core.device import resolve_device
@@ -320,6 +321,13 @@ def _fit(
     what: str,
 ) -> StageResult:
     """Generic loop: ``steps`` yields (summed loss, count) per batch; keep the best dev epoch."""
+    if world_from_env().parallel:
+        # Its batches are computed losses drawn lazily from one generator that the proxy noise
+        # also draws from: not a list every process can draw alike (lm_models.distributed).
+        raise ValueError(
+            "CUE training runs in one process; data-parallel training under torchrun covers "
+            "the LSTM family, the FNLM and the LBL"
+        )
     t_start = time.perf_counter()
     gen = torch.Generator().manual_seed(opts.seed)
     torch.manual_seed(opts.seed)
@@ -338,6 +346,7 @@ def _fit(
         grad_clip=opts.clip,
         progress=False,
         name=what,
+        data_parallel=False,
     )
     fitted = fit(
         model,

@@ -48,6 +48,7 @@ import torch
 
 from lm_models.conllu import read_conllu
 from lm_models.corpora import read_brown_tagged, split_documents
+from lm_models.distributed import init_world, world_from_env
 from lm_models.fnlm.factors import (
     FactorEncoder,
     FactorSettings,
@@ -339,7 +340,9 @@ def train_fnlm(
     """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
     t_start = time.perf_counter()
     opts = cfg.train
-    device = resolve_device(opts.device)
+    world = world_from_env()
+    device = resolve_device(opts.device, world.local_rank)
+    world = init_world(device)  # under torchrun: fit shares the batches (lm_models.distributed)
     train_sents, dev_sents = read_train_dev(cfg.data, data_dir)
     if not train_sents or not dev_sents:
         raise ValueError(
@@ -380,7 +383,8 @@ def train_fnlm(
     fitted = fit(model, optimizer, step, epoch_batches, evaluate, fit_options)
     seconds = time.perf_counter() - t_start
     run = TrainRun.of(fitted, out_dir, device, summary["parameters"], seconds)
-    lm.save(out_dir, run.meta(data=summary, config=cfg.to_json()))
+    if world.is_main:
+        lm.save(out_dir, run.meta(data=summary, config=cfg.to_json(), processes=world.size))
     return run
 
 

@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lm_models.corpora import Document, read_brown, read_jsonl, split_documents
+from lm_models.distributed import init_world, world_from_env
 from lm_models.lbl.model import (
     LBL,
     MISSING,
@@ -407,7 +408,9 @@ def train_lbl(
     """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
     t_start = time.perf_counter()
     opts = cfg.train
-    device = resolve_device(opts.device)
+    world = world_from_env()
+    device = resolve_device(opts.device, world.local_rank)
+    world = init_world(device)  # under torchrun: fit shares the batches (lm_models.distributed)
     docs = read_documents(cfg.data, data_dir)
     train_docs, dev_docs, test_docs = split_corpus(cfg.data, docs)
     if not train_docs or not dev_docs:
@@ -432,7 +435,12 @@ def train_lbl(
     gen = torch.Generator().manual_seed(opts.seed)
 
     def epoch_batches(epoch: int) -> Iterator[Tensor]:
-        perm = torch.randperm(n, generator=gen)
+        # Attribute dropout draws from `gen` too, differently in each process: under torchrun
+        # the order comes from a generator of its own, the same in every process.
+        order_gen = gen
+        if world.parallel:
+            order_gen = torch.Generator().manual_seed(opts.seed * 1000 + epoch)
+        perm = torch.randperm(n, generator=order_gen)
         return (perm[lo : lo + opts.batch_size] for lo in range(0, n, opts.batch_size))
 
     def step(idx: Tensor) -> Step:
@@ -460,7 +468,9 @@ def train_lbl(
         "dev": [d.doc_id for d in dev_docs],
         "test": [d.doc_id for d in test_docs],
     }
-    save_lbl(out_dir, model, vocab, run.meta(data=summary, split=split, config=cfg.to_json()))
+    if world.is_main:
+        meta = run.meta(data=summary, split=split, config=cfg.to_json(), processes=world.size)
+        save_lbl(out_dir, model, vocab, meta)
     return run
 
 

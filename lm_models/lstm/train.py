@@ -626,6 +626,7 @@ def train(
             grad_clip=opts.grad_clip if opts.grad_clip > 0 else None,
             progress=progress and is_main,
             name="LSTM",
+            data_parallel=False,  # DDP wraps the loss module and epoch_batches shards
         ),
         start_epoch=state["epoch"] + 1,
         keeper=BestKeeper(
