@@ -107,8 +107,8 @@ ln -sf "$KENLM_BIN/build_binary" "$VENV/bin/build_binary"
 # --- the project -------------------------------------------------------------------------------
 STAMP="$VENV/.rescorer-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
-  say "installing the project (editable, with the dev extra)"
-  pip_install --no-build-isolation -e "$ROOT[dev]"
+  say "installing the project (editable, with the dev and ray extras)"
+  pip_install --no-build-isolation -e "$ROOT[dev,ray]"
   touch "$STAMP"
 fi
 # --- CUE's pretrained context encoder (the cue extra), torch pinned to the one installed ------

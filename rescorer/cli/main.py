@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "tune": "rescorer.cli.rescoring:tune_cmd",
     "rescore": "rescorer.cli.rescoring:rescore",
     "convert": "rescorer.cli.rescoring:convert",
+    "merge": "rescorer.cli.rescoring:merge",
     "context": "rescorer.cli.context:context",
     "ppl": "rescorer.cli.models:ppl",
     "ngram": "rescorer.cli.models:ngram",

@@ -483,6 +483,14 @@ def load_speakers(
     return spk
 
 
+def echo_lm_report(report: LMFeatureReport, lm: object) -> None:
+    """What scoring with one model found, on stderr (and its prefix sharing, for torch models)."""
+    click.echo(report.describe(), err=True)
+    stats = getattr(lm, "stats", None)  # prefix sharing of torch models
+    if stats is not None and hasattr(stats, "describe"):
+        click.echo(f"{report.name}: {stats.describe()}", err=True)
+
+
 def score_with_lms(
     nbest: NBest,
     specs: Sequence[LMSpec],
@@ -491,27 +499,13 @@ def score_with_lms(
     contexts: dict[str, dict[str, str]] | None = None,
     device: str | None = None,
 ) -> tuple[NBest, list[LMFeatureReport]]:
-    from rescorer.features import add_lm_scores
-    from rescorer.lms import load_lm
+    """``nbest`` scored with the models in this process (see :mod:`rescorer.scale_out`)."""
+    from rescorer.scale_out import ScoringJob, score_here
 
-    reports = []
-    options = {} if device is None else {"device": device}
-    for spec in specs:
-        lm = load_lm(spec, case=case, **options)
-        nbest, report = add_lm_scores(
-            nbest,
-            lm,
-            spec.name,
-            contexts=contexts,
-            progress=not quiet(),
-            oov_feature=oov_feature,
-        )
-        reports.append(report)
-        click.echo(report.describe(), err=True)
-        stats = getattr(lm, "stats", None)  # prefix sharing of torch models
-        if stats is not None and hasattr(stats, "describe"):
-            click.echo(f"{spec.name}: {stats.describe()}", err=True)
-    return nbest, reports
+    if not specs:
+        return nbest, []
+    job = ScoringJob(tuple(specs), case, oov_feature, device)
+    return score_here(nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report)
 
 
 def echo_report(label: str, report: WerReport) -> None:

@@ -12,6 +12,7 @@ from rescorer.cli.options import (
     OUT_DIR,
     CommaList,
     context_options,
+    echo_lm_report,
     handle_errors,
     lm_options,
     load_contexts,
@@ -22,6 +23,7 @@ from rescorer.cli.options import (
     normalize_option,
     normalized_label,
     out_option,
+    quiet,
     ref_options,
     resolve_refs,
     score_with_lms,
@@ -33,6 +35,7 @@ from rescorer.lms.contract import LMSpec
 from rescorer.nbest import NBest
 from rescorer.normalize import Normalizer
 from rescorer.refs import write_kaldi_text
+from rescorer.shards import Shard
 from rescorer.significance import compare
 from rescorer.tune import METHODS, SELECTIONS, TuneOptions, tune
 from rescorer.wer import score_corpus
@@ -282,6 +285,22 @@ def rescore(
 # -- score --------------------------------------------------------------------------------------
 
 
+class ShardType(click.ParamType):
+    """``K/N``: shard K of N (1-based)."""
+
+    name = "K/N"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        from rescorer.shards import Shard
+
+        if isinstance(value, Shard):
+            return value
+        try:
+            return Shard.parse(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
 @click.command()
 @nbest_options
 @lm_options
@@ -289,6 +308,32 @@ def rescore(
 @ref_options(required=False)
 @out_option("Where to write the lists with the new features (JSONL).", required=True)
 @normalize_option
+@click.option(
+    "--shard",
+    type=ShardType(),
+    default=None,
+    help="Score only shard K of N (1 <= K <= N; utterances split by a hash of their id, the "
+    "same on every run) and write a manifest OUT.shard.json beside OUT; `rescorer merge` joins "
+    "the N parts into the file one process would write.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="local",
+    default=None,
+    metavar="[ADDRESS]",
+    help="Score the shards as Ray actors (pip install 'rescorer[ray]'): --ray alone starts a "
+    "local Ray instance, --ray ADDRESS joins a cluster (auto, ray://HOST:10001). The output is "
+    "the single-process one.",
+)
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --ray: how many shards (actors); default one per CPU of the Ray instance, or "
+    "per GPU when the models run on CUDA.",
+)
 @handle_errors
 def score(
     nbest_path: Path,
@@ -302,6 +347,9 @@ def score(
     ref_format: str,
     out_path: Path,
     normalizer: Normalizer,
+    shard: Shard | None,
+    ray_address: str | None,
+    shards: int | None,
 ) -> None:
     """Add LM scores to N-best lists as features, in the lists' own order.
 
@@ -309,13 +357,33 @@ def score(
     and need no --lm (nor --ref: the references, --ref or the lists' own, are written into it).
     With --normalize the models score the normalised text, and the JSONL holds it.
 
+    Large sets are scored in parts (see README, "Scaling out"): --shard K/N here and there and
+    `rescorer merge`; --ray on a Ray cluster; or under torchrun, where each process scores its
+    shard (on its own GPU when there are GPUs) and rank 0 writes OUT.
+
     \b
     Example:
       rescorer score --nbest DEV --lm 4gram=kenlm:4gram.bin --lm lstm=torch:exp/lstm/best \\
           --out dev.scored.jsonl
+      rescorer score --nbest DEV --lm 4gram=kenlm:4gram.bin --shard 2/4 --out dev.2.jsonl
+      rescorer score --nbest DEV --lm lstm=torch:exp/lstm/best --ray --out dev.scored.jsonl
     """
+    from rescorer.scale_out import (
+        ScoringJob,
+        score_on_ray,
+        score_under_torchrun,
+        under_torchrun,
+    )
+
     if not lm_specs:
         raise click.UsageError("give at least one --lm to score with")
+    torchrun = under_torchrun()
+    chosen = [n for n, on in (("--shard", shard), ("--ray", ray_address), ("torchrun", torchrun))
+              if on]  # fmt: skip
+    if len(chosen) > 1:
+        raise click.UsageError(f"{' and '.join(chosen)} do not go together: choose one")
+    if shards is not None and ray_address is None:
+        raise click.UsageError("--shards goes with --ray (--shard K/N scores one shard)")
     nbest = load_nbest(nbest_path, fmt)
     refs = (
         load_refs(ref_path, ref_format, list(nbest), nbest_path) if ref_path else nbest.references
@@ -323,11 +391,62 @@ def score(
     refs = None if refs is None else normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
     contexts = load_contexts(context_path, list(nbest), nbest_path)
-    nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
+    source = NBest(list(nbest.values()), refs)
+    if shard is not None:
+        from rescorer.shards import take_shard, write_manifest
+
+        nbest, positions = take_shard(source, shard)
+        refs = nbest.references
+        logger.info("shard %s: %d of %d lists", shard, len(nbest), len(source))
+    if ray_address is not None:
+        job = ScoringJob(lm_specs, lm_case, lm_oov, device)
+        address = None if ray_address == "local" else ray_address
+        nbest, reports = score_on_ray(nbest, job, contexts, shards, address, progress=not quiet())
+        for report in reports:
+            click.echo(report.describe(), err=True)
+    elif torchrun:
+        job = ScoringJob(lm_specs, lm_case, lm_oov, device)
+        scored, _ = score_under_torchrun(
+            nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report
+        )
+        if scored is None:  # not rank 0: rank 0 writes
+            return
+        nbest = scored
+    elif len(nbest):
+        nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
     write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
+    what = f"{len(nbest)} lists"
+    if shard is not None:
+        manifest = write_manifest(out_path, shard, source, positions)
+        what = f"shard {shard} ({len(nbest)} of {len(source)} lists, manifest {manifest.name})"
     click.echo(
-        f"wrote {len(nbest)} lists with features {list(nbest.score_names())} to {out_path}"
+        f"wrote {what} with features {list(nbest.score_names())} to {out_path}"
         + normalized_label(normalizer)
+    )
+
+
+@click.command()
+@click.argument("parts", nargs=-1, required=True, type=EXISTING_FILE)
+@out_option("Where to write the merged lists (JSONL).", required=True)
+@handle_errors
+def merge(parts: tuple[Path, ...], out_path: Path) -> None:
+    """Join the scored shards that `score --shard K/N` wrote into one JSONL.
+
+    The parts must be all N shards of one N-best set, each once; their manifests (PART.shard.json)
+    are checked, and the lists come out in the set's order: the file one `rescorer score`
+    process would have written. Overlapping, missing or rewritten parts are refused.
+
+    \b
+    Example:
+      rescorer merge dev.1.jsonl dev.2.jsonl dev.3.jsonl dev.4.jsonl --out dev.scored.jsonl
+    """
+    from rescorer.shards import merge_parts, read_part
+
+    merged = merge_parts([read_part(p) for p in parts])
+    write_nbest(merged, out_path, "jsonl")
+    click.echo(
+        f"merged {len(parts)} shards: {len(merged)} lists with features "
+        f"{list(merged.score_names())} to {out_path}"
     )
 
 
