@@ -15,7 +15,7 @@ Sharded runs on this 2-core machine: ``--ray --shards 2`` (a local Ray instance 
 command, 2 actors with 1 CPU each), ``torchrun --nproc_per_node 2`` (1 thread each), and
 ``--shard 1/2`` and ``--shard 2/2`` run at the same time then ``merge``.
 
-    .venv/bin/python bench/bench_shard.py [--utterances 400] [--rounds 2]
+    .venv/bin/python bench/bench_shard.py [--utterances 1000] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def bench_model(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--utterances", type=int, default=400)
+    parser.add_argument("--utterances", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/shard.md")
     args = parser.parse_args()
@@ -151,6 +151,10 @@ def main() -> None:
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
     import ray
 
+    t0 = time.perf_counter()  # what a local instance costs before any scoring
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.shutdown()
+    ray_start = time.perf_counter() - t0
     text = "\n".join(
         [
             "# Sharded scoring: 1 process vs 2 shards",
@@ -161,6 +165,8 @@ def main() -> None:
             f"- Wall time of the whole command (read, score, write), best of {args.rounds} "
             "interleaved rounds; speed-up relative to one process with its default threads.",
             "- Output: each sharded run's JSONL against the single-process one.",
+            f"- Starting and stopping a local Ray instance alone: {ray_start:.1f} s (part of every "
+            "Ray row; a running cluster is joined instead).",
             "",
             "| model and set | run | seconds | speed-up | output vs 1 process |",
             "|---|---|---|---|---|",

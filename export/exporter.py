@@ -3,7 +3,7 @@
 The architecture comes from the checkpoint (:func:`lm_models.checkpoint.load_checkpoint`); the
 context-dependent weights from :meth:`ContextLSTM.adapt` of each context record: W' = W + A and
 b' = V c + b of every layer, and the output bias b_out + Q c + one-hot biases. The graph itself
-(:mod:`export.graph`) is then a plain LSTM. Four kinds of export (:data:`KINDS`):
+(:mod:`export.graph`) is then a plain LSTM. Five kinds of export (:data:`KINDS`):
 
 =============  =====================================================================  ========
 kind           inputs -> outputs                                                      contexts
@@ -14,6 +14,9 @@ multi          the same + context_id (N,) int64                                 
 scorer         x (N, L) = <s> w1..wn </s> padded, x_lens (N,) = n + 2                 one
                -> token_logprobs (N, L-1), sentence_logprob (N,)
 multi-scorer   the same + context_id (N,)                                             many
+nll            x (N, L) = w1..wn padded with 0 (no <s>, </s>), x_lens (N,) = n         one
+               -> nll (N,) = -log P(<s> w1..wn </s>) (icefall's state-less RNN LM, the
+               form sherpa-onnx's offline LM rescoring loads)
 =============  =====================================================================  ========
 
 Multi-context exports stack the weights that depend on the context (W' for FactorCell, b' for
@@ -29,7 +32,8 @@ Metadata properties (strings; JSON where noted) describe the export completely, 
 ``eos_id``, ``unk_id``, ``pad_id``, ``num_layers``, ``hidden_size``, ``embedding_dim``, ``mode``,
 ``layer_norm``, ``context_variables`` (JSON list of {name, kind, values | dim}), ``contexts``
 (JSON list of records, index = context id), ``num_contexts``, ``vocab_file`` (the vocabulary's
-file name, in the model's folder: one token per line, line i = id i), ``log_base`` (``e``).
+file name, in the model's folder: one token per line, line i = id i), ``log_base`` (``e``),
+and icefall's descriptive keys ``model_author``, ``url`` and ``comment``.
 
 Files are written to a temporary name in the destination folder and renamed into place.
 """
@@ -60,6 +64,7 @@ from export.format import (
     KEY_VOCAB_FILE,
     KINDS,
     LOG_BASE,
+    NLL_KIND,
 )
 from export.graph import (
     OPSET,
@@ -67,6 +72,7 @@ from export.graph import (
     LayerWeights,
     LSTMWeights,
     make_model,
+    nll_graph,
     scorer_graph,
     step_graph,
 )
@@ -104,6 +110,9 @@ class ExportOptions:
     opset: int = OPSET
     # Largest number of contexts a multi-context export may stack.
     max_contexts: int = 4096
+    # icefall's descriptive metadata: who made the model, and where it is described.
+    author: str = "rescorer"
+    url: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -418,9 +427,13 @@ def build_model(
             f"the export would hold {size / 2**30:.2f} GiB of weights ({len(records)} contexts); "
             f"ONNX files are limited to 2 GiB: export fewer contexts (--contexts FILE.jsonl)"
         )
-    build = scorer_graph if options.scorer else step_graph
-    graph = build(weights, with_context=options.multi)
+    if options.kind == NLL_KIND:
+        graph = nll_graph(weights, BOS_ID, EOS_ID)
+    else:
+        build = scorer_graph if options.scorer else step_graph
+        graph = build(weights, with_context=options.multi)
     meta = export_metadata(model, options.kind, records, vocab_file)
+    meta.update(model_author=options.author, url=options.url)
     onnx_model = make_model(graph, meta, options.opset, doc=meta["comment"])
     onnx.checker.check_model(onnx_model, full_check=True)
     return onnx_model, records

@@ -22,7 +22,11 @@ FORMAT_VERSION = 1
 # context_id input choosing among the folded contexts.
 STEP_KINDS = ("step", "multi")
 SCORER_KINDS = ("scorer", "multi-scorer")
-KINDS = STEP_KINDS + SCORER_KINDS
+# icefall's state-less RNN-LM form, which sherpa-onnx's offline LM rescoring loads: x holds the
+# tokens without <s> and </s>, padded with 0, x_lens their counts; the output is each sentence's
+# negative natural-log likelihood with <s> before and </s> after its tokens (one context folded).
+NLL_KIND = "nll"
+KINDS = STEP_KINDS + SCORER_KINDS + (NLL_KIND,)
 CUE_KIND = "cue-scorer"  # CUE decoder with the CUE vector as an input
 LBL_KIND = "lbl-step"  # LBL with one attribute record folded in
 
@@ -32,12 +36,14 @@ INPUTS = {
     "multi": ["x", "h0", "c0", "context_id"],
     "scorer": ["x", "x_lens"],
     "multi-scorer": ["x", "x_lens", "context_id"],
+    "nll": ["x", "x_lens"],
 }
 OUTPUTS = {
     "step": ["log_softmax", "next_h0", "next_c0"],
     "multi": ["log_softmax", "next_h0", "next_c0"],
     "scorer": ["token_logprobs", "sentence_logprob"],
     "multi-scorer": ["token_logprobs", "sentence_logprob"],
+    "nll": ["nll"],
 }
 
 # Metadata keys every export of the context LSTM carries and the runtime checks (all strings;

@@ -606,21 +606,20 @@ def step_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
     )
 
 
-def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
-    """The sentence scorer: (x, x_lens [, context_id]) -> (token_logprobs, sentence_logprob)."""
-    extra, context_id = _inputs(w, with_context)
-    b = _Builder(itertools.count())
-    k = _Consts(b)
+def _token_scores(
+    b: _Builder, w: LSTMWeights, k: _Consts, x: str, x_lens: str, context_id: str | None
+) -> str:
+    """Log-probs of x[:, 1:] after x[:, :-1] from a zero state, 0 past each x_lens - 1: (N, L-1)."""
     d, layers = w.hidden_dim, w.num_layers
     # inputs = x[:, :-1], targets = x[:, 1:]                                          (N, L-1)
     start0 = b.const("start_0", np.array([0], dtype=np.int64))
     start1 = b.const("start_1", np.array([1], dtype=np.int64))
     end_m1 = b.const("end_m1", np.array([-1], dtype=np.int64))
     end_max = b.const("end_max", np.array([INT64_MAX], dtype=np.int64))
-    inputs = b.op("Slice", ["x", start0, end_m1, k.axis1], "inputs")
-    targets = b.op("Slice", ["x", start1, end_max, k.axis1], "targets")
+    inputs = b.op("Slice", [x, start0, end_m1, k.axis1], "inputs")
+    targets = b.op("Slice", [x, start1, end_max, k.axis1], "targets")
     # Zero initial state (layers, N, d).
-    n = b.op("Shape", ["x"], "n", start=0, end=1)  # (1,)
+    n = b.op("Shape", [x], "n", start=0, end=1)  # (1,)
     state_shape = b.op(
         "Concat",
         [
@@ -654,15 +653,22 @@ def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
         ],
         "t_range",
     )  # (L-1,)
-    n_scored = b.op("Sub", ["x_lens", b.const("one_i64", np.array(1, dtype=np.int64))])  # (N,)
+    n_scored = b.op("Sub", [x_lens, b.const("one_i64", np.array(1, dtype=np.int64))])  # (N,)
     valid = b.op(
         "Less",
         [b.op("Unsqueeze", [t_range, k.axis0]), b.op("Unsqueeze", [n_scored, k.axis1])],
         "valid",
     )  # (1, L-1) < (N, 1) -> (N, L-1)
-    b.nodes.append(
-        helper.make_node("Where", [valid, picked, k.zero], ["token_logprobs"], name="out_tok")
-    )
+    return b.op("Where", [valid, picked, k.zero], "token_scores")
+
+
+def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
+    """The sentence scorer: (x, x_lens [, context_id]) -> (token_logprobs, sentence_logprob)."""
+    extra, context_id = _inputs(w, with_context)
+    b = _Builder(itertools.count())
+    k = _Consts(b)
+    tokens = _token_scores(b, w, k, "x", "x_lens", context_id)
+    b.nodes.append(helper.make_node("Identity", [tokens], ["token_logprobs"], name="out_tok"))
     b.nodes.append(
         helper.make_node(
             "ReduceSum",
@@ -684,6 +690,46 @@ def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
             helper.make_tensor_value_info("token_logprobs", TensorProto.FLOAT, ["N", "T"]),
             helper.make_tensor_value_info("sentence_logprob", TensorProto.FLOAT, ["N"]),
         ],
+        initializer=b.initializers,
+    )
+
+
+def nll_graph(w: LSTMWeights, sos_id: int, eos_id: int) -> onnx.GraphProto:
+    """icefall's state-less LM form: (x, x_lens) -> nll (N,), x without <s>/</s>, 0-padded.
+
+    The graph adds <s> in front and </s> after token x_lens[i] of each row, scores the rows as
+    the sentence scorer does, and returns minus each sentence's log-probability (sherpa-onnx's
+    offline LM rescoring multiplies it by -scale).
+    """
+    _inputs(w, False)
+    b = _Builder(itertools.count())
+    k = _Consts(b)
+    n = b.op("Shape", ["x"], "n", start=0, end=1)  # (1,)
+    column = b.op("Concat", [n, b.const("one_col", np.array([1], dtype=np.int64))], "col", axis=0)
+
+    def filled(value: int, hint: str) -> str:  # (N, 1) int64 of `value`
+        return b.op("Expand", [b.const(hint, np.array([[value]], dtype=np.int64)), column], hint)
+
+    # [<s>, x, pad] then </s> written at column x_lens + 1                         (N, L+2)
+    framed = b.op("Concat", [filled(sos_id, "sos"), "x", filled(0, "pad")], "framed", axis=1)
+    eos_at = b.op(
+        "Unsqueeze",
+        [b.op("Add", ["x_lens", b.const("one_at", np.array(1, dtype=np.int64))]), k.axis1],
+        "eos_at",
+    )  # (N, 1)
+    full = b.op("ScatterElements", [framed, eos_at, filled(eos_id, "eos")], "full", axis=1)
+    full_lens = b.op("Add", ["x_lens", b.const("two", np.array(2, dtype=np.int64))], "full_lens")
+    tokens = _token_scores(b, w, k, full, full_lens, None)
+    total = b.op("ReduceSum", [tokens, k.axis1], "total", keepdims=0)
+    b.nodes.append(helper.make_node("Neg", [total], ["nll"], name="out_nll"))
+    return helper.make_graph(
+        b.nodes,
+        "context_lstm_nll",
+        [
+            helper.make_tensor_value_info("x", TensorProto.INT64, ["N", "L"]),
+            helper.make_tensor_value_info("x_lens", TensorProto.INT64, ["N"]),
+        ],
+        [helper.make_tensor_value_info("nll", TensorProto.FLOAT, ["N"])],
         initializer=b.initializers,
     )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from export.format import NLL_KIND
 from export.runtime import OnnxMeta, create_session
 from lm_models.lstm.model import ContextLSTM
 
@@ -81,7 +82,20 @@ def check_parity(
     for n in batch_sizes:
         cids = rng.integers(0, len(meta.contexts), n) if meta.multi else np.zeros(n, np.int64)
         records = [meta.contexts[c] for c in cids] if model.adaptive else None
-        if meta.scorer:
+        if meta.kind == NLL_KIND:  # tokens alone, 0-padded past x_lens (and a padding column)
+            words = rng.integers(0, max_len, n)
+            x = np.zeros((n, int(words.max()) + 1), dtype=np.int64)
+            full = np.full((n, int(words.max()) + 2), meta.pad_id, dtype=np.int64)
+            full[:, 0] = meta.sos_id
+            for j, k in enumerate(words):
+                x[j, :k] = rng.integers(3, v, k)
+                full[j, 1 : 1 + k] = x[j, :k]
+                full[j, 1 + k] = meta.eos_id
+            (nll,) = session.run(None, {"x": x, "x_lens": words.astype(np.int64)})
+            ft = torch.from_numpy(full)
+            ref = model.score(ft[:, :-1], ft[:, 1:], torch.from_numpy(words + 1), records)
+            worst = max(worst, _diff(nll, -ref.sum(dim=1)))
+        elif meta.scorer:
             words = rng.integers(0, max_len, n)  # sentence lengths, 0 allowed
             width = int(words.max()) + 2
             x = np.full((n, width), meta.pad_id, dtype=np.int64)

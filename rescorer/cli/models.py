@@ -351,8 +351,12 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
     show_default=True,
     help="step: x, h0, c0 -> log_softmax, next_h0, next_c0 with one context folded in; "
     "multi: the same with a context_id input over many contexts; scorer: x, x_lens -> "
-    "token_logprobs, sentence_logprob; multi-scorer: the scorer with context_id.",
+    "token_logprobs, sentence_logprob; multi-scorer: the scorer with context_id; nll: "
+    "icefall's state-less form for sherpa-onnx's offline LM rescoring (x = tokens without "
+    "<s>/</s>, 0-padded, x_lens -> nll = -log P(<s> tokens </s>)).",
 )
+@click.option("--author", default="rescorer", show_default=True, help="Metadata model_author.")
+@click.option("--url", default="", help="Metadata url: where the model is described.")
 @click.option(
     "--context",
     "context_pairs",
@@ -398,6 +402,8 @@ def export_cmd(
     quantize: str | None,
     check: bool,
     ppl_text: Path | None,
+    author: str,
+    url: str,
 ) -> None:
     """Export a checkpoint to ONNX with its context(s) folded into the weights.
 
@@ -409,6 +415,7 @@ def export_cmd(
       rescorer export exp/factor/best lm.onnx --kind step --context genre=news
       rescorer export exp/factor/best lm_all.onnx --kind multi --quantize int8 --ppl-text dev.txt
       rescorer export exp/factor/best scorer.onnx --kind multi-scorer --contexts ctx.jsonl
+      rescorer export exp/lstm/best lm_nll.onnx --kind nll     # for sherpa-onnx --lm
     """
     from export.exporter import (  # imported here: torch is heavy
         ExportOptions,
@@ -444,7 +451,7 @@ def export_cmd(
     records = None
     if contexts_path is not None:
         records = tuple(read_context_records(contexts_path, model))
-    options = ExportOptions(kind=kind, context=record, contexts=records)
+    options = ExportOptions(kind=kind, context=record, contexts=records, author=author, url=url)
     result = export_model(model, tokens, out_path, options)
     n = len(result.contexts)
     click.echo(

@@ -46,6 +46,7 @@ import numpy as np
 
 from export.format import (
     INPUTS,
+    NLL_KIND,
     OUTPUTS,
 )
 from export.runtime import OnnxMeta, create_session
@@ -107,6 +108,12 @@ class OnnxLM(WordLM):
         self.session, self.device = create_session(path, device, threads)
         props = dict(self.session.get_modelmeta().custom_metadata_map)
         self.meta = OnnxMeta.from_props(props, path)
+        if self.meta.kind == NLL_KIND:
+            raise ValueError(
+                f"{path}: an {NLL_KIND!r} export is the state-less form for sherpa-onnx's "
+                "offline LM rescoring (sentence totals only); score with a step or scorer "
+                "export of the same checkpoint (rescorer export --kind step or scorer)"
+            )
         self._check_signature(path)
         self.name = name or path.name.split(".")[0] or "onnx"
         self.path = path

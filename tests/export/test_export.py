@@ -162,6 +162,21 @@ def test_every_kind_matches_pytorch(
             close(total, ref.sum(dim=1))
             assert np.all(tok[np.arange(x.shape[1] - 1)[None, :] >= (lens - 1)[:, None]] == 0)
 
+    # icefall's state-less form: tokens only, 0-padded (plus a spare column) -> -log P(sentence).
+    res = export_model(model, VOCAB, tmp_path / "nll.onnx", ExportOptions("nll", context=record))
+    sess = session(res.path)
+    for n in range(1, 5):
+        x, lens = padded(rng, [int(k) for k in rng.integers(0, 6, n)])
+        tokens = np.zeros((n, x.shape[1] - 1), dtype=np.int64)  # w1..wn, 0 after, spare column
+        for j, k in enumerate(lens - 2):
+            tokens[j, :k] = x[j, 1 : 1 + k]
+        (nll,) = sess.run(None, {"x": tokens, "x_lens": lens - 2})
+        xt = torch.from_numpy(x)
+        ref = model.score(
+            xt[:, :-1], xt[:, 1:], torch.from_numpy(lens - 1), records_for(model, [record] * n)
+        )
+        close(nll, -ref.sum(dim=1))
+
 
 @torch.no_grad()
 def test_untied_embeddings_and_numerical_contexts(tmp_path: Path) -> None:
@@ -218,6 +233,8 @@ def test_metadata_inputs_and_outputs_are_as_documented(tmp_path: Path) -> None:
         "num_contexts": "4",
         "vocab_file": "lm.vocab.txt",
         "log_base": "e",
+        "model_author": "rescorer",
+        "url": "",
     }
     assert res.metadata == props
     assert res.vocab_path == tmp_path / "lm.vocab.txt"
@@ -264,6 +281,44 @@ def test_metadata_inputs_and_outputs_are_as_documented(tmp_path: Path) -> None:
     shapes = {t.name: tuple(t.dims) for t in scorer.graph.initializer}
     assert shapes["l0_w_x_t"] == (12, 48) and shapes["output_bias"] == (50,)
     assert [n.op_type for n in scorer.graph.node].count("Scan") == 1  # one loop, every layer
+
+    nll = export_model(
+        model, VOCAB, tmp_path / "nll.onnx",
+        ExportOptions("nll", context={"genre": "chat"}, author="me", url="https://example.org/lm"),
+    )  # fmt: skip
+    assert nll.metadata["export_kind"] == "nll" and nll.metadata["model_author"] == "me"
+    assert nll.metadata["url"] == "https://example.org/lm" and nll.metadata["vocab_size"] == "50"
+    loaded = onnx.load(str(nll.path))
+    assert dims(loaded.graph.input) == {"x": ["N", "L"], "x_lens": ["N"]}
+    assert dims(loaded.graph.output) == {"nll": ["N"]}
+
+
+@torch.no_grad()
+def test_nll_export_ignores_padding_and_has_parity(tmp_path: Path) -> None:
+    model = make_model("factor", variables=(GENRE,))
+    record = {"genre": "news"}
+    res = export_model(model, VOCAB, tmp_path / "nll.onnx", ExportOptions("nll", context=record))
+    sess = session(res.path)
+    words = np.array([[5, 9, 7], [4, 0, 0]], dtype=np.int64)
+    lens = np.array([3, 1], dtype=np.int64)
+    (nll,) = sess.run(None, {"x": words, "x_lens": lens})
+    wide = np.concatenate([words, np.full((2, 4), 11, dtype=np.int64)], axis=1)  # junk padding
+    (nll_wide,) = sess.run(None, {"x": wide, "x_lens": lens})
+    np.testing.assert_allclose(nll_wide, nll, atol=1e-6, rtol=0)
+    # by hand from the step form of the same model: -(log p(w1|<s>) + ... + log p(</s>|wn))
+    for row, k in zip(words, lens, strict=True):
+        seq = torch.tensor([[1, *row[:k]]])
+        log_probs, _ = model(seq, [record])
+        targets = [*row[:k], 2]
+        want = -sum(float(log_probs[0, t, targets[t]]) for t in range(k + 1))
+        assert abs(float(nll[list(lens).index(k)]) - want) < ATOL
+    report = check_parity(model, res.path)
+    assert report.kind == "nll" and report.ok and report.max_abs_diff < 1e-4
+    # not a model for `onnx:` scoring: refused with what to use instead
+    from rescorer.lms.onnx import OnnxLM
+
+    with pytest.raises(ValueError, match="state-less form for sherpa-onnx"):
+        OnnxLM(res.path)
 
 
 def test_softmax_bias_and_concat_stack_only_what_depends_on_the_context(tmp_path: Path) -> None:
@@ -471,6 +526,11 @@ def test_cli_export_step_and_scorer(tmp_path: Path, ckpt: Path) -> None:
     result = run([ckpt, tmp_path / "sc.onnx", "--kind", "scorer", "--no-check"])
     assert result.exit_code == 0 and "parity" not in result.output
     assert meta_of(tmp_path / "sc.onnx")["export_kind"] == "scorer"
+    nll = tmp_path / "nll.onnx"
+    result = run([ckpt, nll, "--kind", "nll", "--context", "genre=news", "--url", "https://x.org"])
+    assert result.exit_code == 0, result.output
+    assert "(nll, 1 context, " in result.output and "parity with PyTorch ok" in result.output
+    assert meta_of(nll)["url"] == "https://x.org" and meta_of(nll)["model_author"] == "rescorer"
 
 
 def test_cli_export_multi_with_contexts_and_int8(tmp_path: Path, ckpt: Path) -> None:
