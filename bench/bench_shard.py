@@ -139,6 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     rows: list[str] = []
     notes: list[str] = []
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         bench_model("KenLM 4-gram, all dev_other", NBEST / "dev_other", f"4gram=kenlm:{KENLM}",
@@ -165,6 +166,8 @@ def main() -> None:
             f"- Wall time of the whole command (read, score, write), best of {args.rounds} "
             "interleaved rounds; speed-up relative to one process with its default threads.",
             "- Output: each sharded run's JSONL against the single-process one.",
+            f"- Load average (1 min) before and after: {load_before:.2f}, "
+            f"{os.getloadavg()[0]:.2f} (other work on the 2 cores slows the parallel rows most).",
             f"- Starting and stopping a local Ray instance alone: {ray_start:.1f} s (part of every "
             "Ray row; a running cluster is joined instead).",
             "",
