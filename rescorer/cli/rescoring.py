@@ -11,15 +11,18 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     OUT_DIR,
     CommaList,
+    allow_extra_refs_option,
     context_options,
     echo_lm_report,
     handle_errors,
     lm_options,
     load_contexts,
     load_nbest,
+    load_noise_words,
     load_refs,
     load_speakers,
     nbest_options,
+    noise_words_option,
     normalize_option,
     normalized_label,
     out_option,
@@ -93,12 +96,14 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 )
 @out_option("Where to write the tuned weights (JSON).", required=True)
 @normalize_option
+@noise_words_option
 @handle_errors
 def tune_cmd(
     nbest_path: Path,
     fmt: str,
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
@@ -113,6 +118,7 @@ def tune_cmd(
     method: str,
     out_path: Path,
     normalizer: Normalizer,
+    noise_path: Path | None,
     context_path: Path | None = None,
     device: str | None = None,
 ) -> None:
@@ -127,8 +133,9 @@ def tune_cmd(
       rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
           --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
     """
+    noise = load_noise_words(noise_path)
     nbest = load_nbest(nbest_path, fmt)
-    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path)
+    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, allow_extra=allow_extra_refs)
     assert refs is not None  # required
     refs = normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
@@ -152,6 +159,7 @@ def tune_cmd(
             method=method,
         ),
         initial=initial,
+        noise=noise,
     )
     meta = {
         **result.weights.meta,
@@ -160,9 +168,11 @@ def tune_cmd(
         "normalize": normalizer.name,
         "lms": {s.name: f"{s.kind}:{s.path}" for s in lm_specs},
     }
+    if not noise.is_empty:
+        meta["noise_words"] = noise.source
     weights = Weights(result.weights.features, result.weights.length, meta)
     weights.save(out_path)
-    tag = normalized_label(normalizer)
+    tag = normalized_label(normalizer, noise)
     click.echo(
         f"initial %WER {100 * result.initial_errors / max(result.ref_words, 1):.2f} "
         f"[ {result.initial_errors} / {result.ref_words} ]{tag}"
@@ -202,12 +212,14 @@ def tune_cmd(
 )
 @click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
 @normalize_option
+@noise_words_option
 @handle_errors
 def rescore(
     nbest_path: Path,
     fmt: str,
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
@@ -215,6 +227,7 @@ def rescore(
     out_dir: Path,
     utt2spk: Path | None,
     normalizer: Normalizer,
+    noise_path: Path | None,
     context_path: Path | None = None,
     device: str | None = None,
 ) -> None:
@@ -239,9 +252,14 @@ def rescore(
             tuned_with,
             normalizer.name,
         )
+    noise = load_noise_words(noise_path)
     nbest = load_nbest(nbest_path, fmt)
-    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, required=False)
+    refs = resolve_refs(
+        ref_path, ref_format, nbest, nbest_path, required=False, allow_extra=allow_extra_refs
+    )
     refs = None if refs is None else normalizer.mapping(refs)
+    if refs is None and not noise.is_empty:
+        raise click.UsageError("--noise-words is only used with --ref (or embedded references)")
     nbest = normalizer.nbest(nbest)
     # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
     if utt2spk is not None and refs is None:
@@ -261,9 +279,10 @@ def rescore(
     best = one_best(reranked)  # the reranked lists' first hypotheses
     lines: list[str] = []
     if refs is not None:
-        base = score_corpus(refs, one_best(nbest), speakers)
-        new = score_corpus(refs, best, speakers)
-        tag = normalized_label(normalizer)
+        scored = noise.mapping(refs)
+        base = score_corpus(scored, noise.mapping(one_best(nbest)), speakers)
+        new = score_corpus(scored, noise.mapping(best), speakers)
+        tag = normalized_label(normalizer, noise)
         lines = [
             f"{base.kaldi_line()} first pass{tag}",
             f"{new.kaldi_line()} rescored{tag}",
@@ -345,6 +364,7 @@ def score(
     device: str | None,
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     out_path: Path,
     normalizer: Normalizer,
     shard: Shard | None,
@@ -386,7 +406,9 @@ def score(
         raise click.UsageError("--shards goes with --ray (--shard K/N scores one shard)")
     nbest = load_nbest(nbest_path, fmt)
     refs = (
-        load_refs(ref_path, ref_format, list(nbest), nbest_path) if ref_path else nbest.references
+        load_refs(ref_path, ref_format, list(nbest), nbest_path, allow_extra_refs)
+        if ref_path
+        else nbest.references
     )
     refs = None if refs is None else normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
@@ -464,8 +486,16 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
     help="References (trn or Kaldi text) to embed in the output (json, jsonl, hyporadise), "
     "in place of any the lists hold.",
 )
+@allow_extra_refs_option
 @handle_errors
-def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path, ref_path: Path | None) -> None:
+def convert(
+    nbest_path: Path,
+    fmt: str,
+    to_fmt: str,
+    out_path: Path,
+    ref_path: Path | None,
+    allow_extra_refs: bool,
+) -> None:
     """Convert N-best lists between formats.
 
     Scores are converted to the target format's log base or cost convention.
@@ -480,6 +510,7 @@ def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path, ref_path: P
     if ref_path is not None:
         if to_fmt not in ("json", "jsonl", "hyporadise"):
             raise click.UsageError(f"--ref: the {to_fmt} format has no place for references")
-        nbest = NBest(list(nbest.values()), load_refs(ref_path, "auto", list(nbest)))
+        refs = load_refs(ref_path, "auto", list(nbest), nbest_path, allow_extra_refs)
+        nbest = NBest(list(nbest.values()), refs)
     write_nbest(nbest, out_path, to_fmt)
     click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")

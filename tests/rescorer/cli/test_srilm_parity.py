@@ -1,0 +1,209 @@
+"""SRILM parity for N-best work (issue 18 item 4), through the command line.
+
+Noise words (``--noise-words``, SRILM's ``-noise-vocab``), references with extra ids
+(``--allow-extra-refs``), posterior (MBR) decoding (``--objective posterior``) and extra score
+directories (``--extra-scores NAME=DIR``, SRILM's score directories). Every expected count is
+worked out by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.rescorer.cli.test_cli import (  # noqa: F401 (_restore_logging: an autouse fixture)
+    Factory,
+    _restore_logging,
+    assert_input_error,
+    assert_usage_error,
+    read_jsonl,
+    run,
+    wer_lines,
+    write,
+)
+
+# -- noise words --------------------------------------------------------------------------------
+
+# u1: ref "a <noise> b c" vs hyp "a b c [laugh]": <noise> deleted, [laugh] inserted (2 errors,
+#     4 words); without the noise words "a b c" vs "a b c": 0 errors over 3 words.
+# u2: ref "d e" vs hyp "d <noise> f": <noise> inserted, e -> f (2 errors, 2 words); without the
+#     noise words "d e" vs "d f": 1 substitution over 2 words.
+# Raw: 4 errors / 6 words (2 ins, 1 del, 1 sub); noise words deleted: 1 / 5 (1 sub).
+NOISE = "<noise>\n\n[laugh]\n"
+RAW_LINE = "%WER 66.67 [ 4 / 6, 2 ins, 1 del, 1 sub ]"
+NOISELESS_LINE = "%WER 20.00 [ 1 / 5, 0 ins, 0 del, 1 sub ]"
+
+
+@pytest.fixture()
+def noisy(tmp_path: Path) -> tuple[Path, Path, Path]:
+    ref = write(tmp_path / "ref.trn", "a <noise> b c\t(u1)\nd e\t(u2)\n")
+    hyp = write(tmp_path / "hyp.txt", "u1 a b c [laugh]\nu2 d <noise> f\n")
+    noise = write(tmp_path / "noise.txt", NOISE)
+    return ref, hyp, noise
+
+
+def test_wer_noise_words_deleted_from_both_sides(noisy: tuple[Path, Path, Path]) -> None:
+    ref, hyp, noise = noisy
+    result = run(["wer", "--ref", ref, "--hyp", hyp, "--no-summary"])
+    assert wer_lines(result.output) == [f"{RAW_LINE} {hyp}"]
+    result = run(["wer", "--ref", ref, "--hyp", hyp, "--no-summary", "--noise-words", noise])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"{NOISELESS_LINE} {hyp} (noise words: {noise})"]
+
+
+def test_wer_noise_words_on_nbest_oracle_and_tables(
+    tmp_path: Path, noisy: tuple[Path, Path, Path], espnet_factory: Factory
+) -> None:
+    ref, _, noise = noisy
+    # The first hypotheses are those of `noisy`; the second ones, "a b c" (raw, the reference's
+    # <noise> deleted; 0 without noise words) and "d <noise> e" (1 insertion, 0 without), make
+    # the oracle 2 / 6 raw (1 del, 1 ins) and 0 / 5 without noise words.
+    nbest = espnet_factory(
+        "set",
+        [
+            ("u1", [("a b c [laugh]", -1.0, -1.0, -1.0), ("a b c", -2.0, -2.0, -2.0)]),
+            ("u2", [("d <noise> f", -1.0, -1.0, -1.0), ("d <noise> e", -2.0, -2.0, -2.0)]),
+        ],
+    )
+    per_utt = tmp_path / "per_utt.txt"
+    align = tmp_path / "a.pra"
+    args = ["wer", "--ref", ref, "--nbest", nbest, "--oracle", "--no-summary"]
+    result = run([*args, "--noise-words", noise, "--per-utt", per_utt, "--align", align])
+    assert result.exit_code == 0, result.output
+    assert wer_lines(result.output) == [
+        f"{NOISELESS_LINE} {nbest} (first hypotheses) (noise words: {noise})",
+        f"%WER 0.00 [ 0 / 5, 0 ins, 0 del, 0 sub ] oracle over 2-best (noise words: {noise})",
+    ]
+    assert wer_lines(run(args).output)[1].startswith("%WER 33.33 [ 2 / 6, 1 ins, 1 del, 0 sub ]")
+    assert per_utt.read_text().splitlines()[0] == f"# noise words: {noise}"
+    pra = align.read_text()
+    assert f"# noise words: {noise}" in pra.splitlines()
+    assert "<noise>" not in pra and "[laugh]" not in pra  # aligned without them
+
+
+def test_noise_words_file_errors(tmp_path: Path, noisy: tuple[Path, Path, Path]) -> None:
+    ref, hyp, _ = noisy
+    bad = write(tmp_path / "bad.txt", "<noise>\n[laugh] [cough]\n")
+    result = run(["wer", "--ref", ref, "--hyp", hyp, "--noise-words", bad])
+    assert_input_error(result, f"{bad}:2:", "expected one noise word per line, got 2 words")
+    result = run(["wer", "--ref", ref, "--hyp", hyp, "--noise-words", tmp_path / "none.txt"])
+    assert_input_error(result, "none.txt", "expected an existing file")
+
+
+# u1 ref "a b": "a b <noise>" (decoder -1, lm -5) has 1 insertion, 0 without the noise word;
+#               "a c" (decoder -2, lm -1) has 1 substitution either way.
+# u2 ref "c d": "c d <noise>" (decoder -1, lm -5) 1 insertion, 0 without; "c d" (-2, -1) 0.
+# Raw, the decoder's choice makes 2 errors and the lm's 1 (the tuned optimum); with the noise
+# word deleted the decoder's choice makes 0 (the start is already the optimum). 4 words.
+NOISE_TUNE = [
+    ("spk-1", [("a b <noise>", -1.0, 0.0, -5.0), ("a c", -2.0, 0.0, -1.0)]),
+    ("spk-2", [("c d <noise>", -1.0, 0.0, -5.0), ("c d", -2.0, 0.0, -1.0)]),
+]
+NOISE_TUNE_REFS = {"spk-1": "a b", "spk-2": "c d"}
+
+
+def test_tune_and_rescore_count_errors_without_noise_words(
+    tmp_path: Path, espnet_factory: Factory
+) -> None:
+    dev = espnet_factory("dev", NOISE_TUNE, NOISE_TUNE_REFS)
+    ref = dev / "references" / "ref_wer.trn"
+    noise = write(tmp_path / "noise.txt", "<noise>\n")
+    base = ["tune", "--nbest", dev, "--ref", ref, "--features", "decoder,lm", "--no-length"]
+    raw = run([*base, "--out", tmp_path / "raw.json"])
+    assert raw.exit_code == 0, raw.output
+    assert raw.output.splitlines()[0] == "initial %WER 50.00 [ 2 / 4 ]"
+    assert raw.output.splitlines()[1].startswith("tuned   %WER 25.00 [ 1 / 4 ]")
+    weights = tmp_path / "w.json"
+    result = run([*base, "--noise-words", noise, "--out", weights])
+    assert result.exit_code == 0, result.output
+    tag = f" (noise words: {noise})"
+    assert result.output.splitlines()[0] == f"initial %WER 0.00 [ 0 / 4 ]{tag}"
+    assert result.output.splitlines()[1].startswith("tuned   %WER 0.00 [ 0 / 4 ]")
+    meta = json.loads(weights.read_text())["meta"]
+    assert meta["noise_words"] == str(noise) and meta["dev_errors"] == 0
+
+    out = tmp_path / "rescored"
+    args = ["rescore", "--nbest", dev, "--ref", ref, "--weights", weights, "--out", out]
+    result = run([*args, "--noise-words", noise])
+    assert result.exit_code == 0, result.output
+    assert f"%WER 0.00 [ 0 / 4, 0 ins, 0 del, 0 sub ] rescored{tag}" in result.output
+    # the output keeps the noise words: they are deleted for scoring only
+    assert (out / "1best.txt").read_text() == "spk-1 a b <noise>\nspk-2 c d <noise>\n"
+    assert "rescored (noise words" in (out / "wer.txt").read_text()
+    result = run(args)
+    assert "%WER 50.00 [ 2 / 4, 2 ins, 0 del, 0 sub ] rescored" in result.output
+
+
+# -- references with extra ids ------------------------------------------------------------------
+
+
+def test_extra_empty_reference_is_dropped(tmp_path: Path) -> None:
+    # u3 has an empty reference and no hypothesis: dropped, the counts are those of u1 and u2.
+    ref = write(tmp_path / "ref.trn", "a b\t(u1)\n\t(u3)\nc\t(u2)\n")
+    hyp = write(tmp_path / "hyp.txt", "u1 a x\nu2 c\n")
+    result = run(["wer", "--ref", ref, "--hyp", hyp, "--no-summary"])
+    assert result.exit_code == 0, result.output
+    assert wer_lines(result.output) == [f"%WER 33.33 [ 1 / 3, 0 ins, 0 del, 1 sub ] {hyp}"]
+    result = run(["wer", "--ref", ref, "--hyp", hyp])  # the summary counts 2 sentences
+    assert "%SER 50.00 [ 1 / 2 ]" in result.output
+
+
+def test_extra_nonempty_reference_needs_the_flag(tmp_path: Path) -> None:
+    ref = write(tmp_path / "ref.trn", "a b\t(u1)\nd e f\t(u3)\nc\t(u2)\ng\t(u4)\n\t(u5)\n")
+    hyp = write(tmp_path / "hyp.txt", "u1 a x\nu2 c\n")
+    line = assert_input_error(
+        run(["wer", "--ref", ref, "--hyp", hyp]), str(ref), "2 extra id(s): u3, u4"
+    )
+    assert "u5" not in line and "--allow-extra-refs" in line
+    args = ["-v", "wer", "--ref", ref, "--hyp", hyp, "--no-summary", "--allow-extra-refs"]
+    result = run(args, quiet=False)
+    assert result.exit_code == 0, result.output
+    assert f"%WER 33.33 [ 1 / 3, 0 ins, 0 del, 1 sub ] {hyp}" in result.output
+    assert "2 reference(s) without hypotheses ignored (--allow-extra-refs): u3, u4" in (
+        result.output
+    )
+    assert "1 empty reference(s) without hypotheses dropped" in result.output
+
+
+def test_missing_reference_is_refused_even_with_the_flag(tmp_path: Path) -> None:
+    ref = write(tmp_path / "ref.trn", "a b\t(u1)\n\t(u3)\n")
+    hyp = write(tmp_path / "hyp.txt", "u1 a x\nu2 c\n")
+    line = assert_input_error(
+        run(["wer", "--ref", ref, "--hyp", hyp, "--allow-extra-refs"]), "1 missing id(s): u2"
+    )
+    assert "extra" not in line  # the empty u3 is not the problem
+
+
+def test_extra_refs_in_tune_rescore_score_convert(
+    tmp_path: Path, espnet_factory: Factory, tiny_arpa: Path
+) -> None:
+    utts = [
+        ("spk-1", [("a b", -1.0, 0.0, -2.0), ("a c", -2.0, 0.0, -1.0)]),
+        ("spk-2", [("c d", -1.0, 0.0, -1.0)]),
+    ]
+    dev = espnet_factory("dev", utts, {"spk-1": "a b", "spk-2": "c d", "spk-9": "x y z"})
+    ref = dev / "references" / "ref_wer.trn"
+    w = tmp_path / "w.json"
+    tune = ["tune", "--nbest", dev, "--ref", ref, "--features", "decoder,lm", "--out", w]
+    assert_input_error(run(tune), "1 extra id(s): spk-9")
+    result = run([*tune, "--allow-extra-refs"])
+    assert result.exit_code == 0, result.output
+    assert "1 reference(s) without hypotheses ignored (--allow-extra-refs): spk-9" in result.output
+    assert "initial %WER 0.00 [ 0 / 4 ]" in result.output.splitlines()  # spk-9 not counted
+    rescore = ["rescore", "--nbest", dev, "--ref", ref, "--weights", w, "--out", tmp_path / "r"]
+    assert_input_error(run(rescore), "1 extra id(s): spk-9")
+    result = run([*rescore, "--allow-extra-refs"])
+    assert result.exit_code == 0, result.output
+    assert "%WER 0.00 [ 0 / 4, 0 ins, 0 del, 0 sub ] first pass" in result.output
+    convert = ["convert", "--nbest", dev, "--ref", ref, "--to", "jsonl"]
+    assert_input_error(run([*convert, "--out", tmp_path / "c.jsonl"]), "1 extra id(s): spk-9")
+    result = run([*convert, "--out", tmp_path / "c.jsonl", "--allow-extra-refs"])
+    assert result.exit_code == 0, result.output
+    assert [r.get("ref") for r in read_jsonl(tmp_path / "c.jsonl")] == ["a b", "c d"]
+    score = ["score", "--nbest", dev, "--ref", ref, "--lm", f"kenlm:{tiny_arpa}"]
+    assert_input_error(run([*score, "--out", tmp_path / "s.jsonl"]), "1 extra id(s): spk-9")
+    result = run([*score, "--out", tmp_path / "s.jsonl", "--allow-extra-refs"])
+    assert result.exit_code == 0, result.output
+    assert [r.get("ref") for r in read_jsonl(tmp_path / "s.jsonl")] == ["a b", "c d"]
