@@ -11,6 +11,7 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     OUT_DIR,
     CommaList,
+    NumberList,
     allow_extra_refs_option,
     context_options,
     echo_lm_report,
@@ -35,6 +36,7 @@ from rescorer.combine import Weights, one_best, rerank
 from rescorer.core.output import atomic_dir, atomic_write, check_output_dir, check_output_file
 from rescorer.formats import FILE_FORMATS, WRITERS, write_nbest
 from rescorer.lms.contract import LMSpec
+from rescorer.mbr import OBJECTIVES
 from rescorer.nbest import NBest
 from rescorer.normalize import Normalizer
 from rescorer.refs import write_kaldi_text
@@ -94,6 +96,23 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
     "errors of a softmax over each list, annealed toward the hard choice (smooth, no restarts; "
     "generalised better from dev_clean to dev_other in recipes/librispeech_nbest).",
 )
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="top",
+    show_default=True,
+    help="top: weights for choosing the top combined score. posterior: the same weights, then "
+    "the posterior scale S of minimum expected word error decoding (rescore --objective "
+    "posterior) picked on this set by a grid search, and written with the weights; both dev "
+    "errors are reported.",
+)
+@click.option(
+    "--posterior-scales",
+    type=NumberList(float),
+    default=None,
+    help="With --objective posterior: the scales to try (default: 29 scales 2^(k/2)/spread, "
+    "k = -8..20, spread the median standard deviation of the combined scores in a list).",
+)
 @out_option("Where to write the tuned weights (JSON).", required=True)
 @normalize_option
 @noise_words_option
@@ -116,6 +135,8 @@ def tune_cmd(
     bound: float | None,
     selection: str,
     method: str,
+    objective: str,
+    posterior_scales: tuple[float, ...] | None,
     out_path: Path,
     normalizer: Normalizer,
     noise_path: Path | None,
@@ -132,7 +153,11 @@ def tune_cmd(
     Example:
       rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
           --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
+      rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
+          --features decoder,ctc,lm --objective posterior --out weights.json
     """
+    if posterior_scales is not None and objective != "posterior":
+        raise click.UsageError("--posterior-scales goes with --objective posterior")
     noise = load_noise_words(noise_path)
     nbest = load_nbest(nbest_path, fmt)
     refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, allow_extra=allow_extra_refs)
@@ -170,7 +195,24 @@ def tune_cmd(
     }
     if not noise.is_empty:
         meta["noise_words"] = noise.source
-    weights = Weights(result.weights.features, result.weights.length, meta)
+    search = None
+    if objective == "posterior":
+        from rescorer.mbr import search_scale
+
+        search = search_scale(nbest, refs, result.weights, posterior_scales, noise)
+        meta["objective"] = "posterior"
+        meta["posterior"] = {
+            "scale": search.scale,
+            "dev_errors": search.errors,
+            "top_score_dev_errors": search.top_errors,
+            "grid": [[scale, errors] for scale, errors in search.grid],
+        }
+    weights = Weights(
+        result.weights.features,
+        result.weights.length,
+        meta,
+        None if search is None else search.scale,
+    )
     weights.save(out_path)
     tag = normalized_label(normalizer, noise)
     click.echo(
@@ -182,9 +224,18 @@ def tune_cmd(
         f"({len(result.start_errors)} starts, best errors per start {list(result.start_errors)}, "
         f"{result.seconds:.1f}s){tag}"
     )
+    if search is not None:
+        lo, hi = search.grid[0][0], search.grid[-1][0]
+        click.echo(
+            f"posterior %WER {100 * search.wer:.2f} [ {search.errors} / {search.ref_words} ] "
+            f"at scale {search.scale:.6g} (fewest errors of {len(search.grid)} scales "
+            f"{lo:.3g}..{hi:.3g}; top score: {search.top_errors} errors){tag}"
+        )
     for name, w in weights.features.items():
         click.echo(f"  {name:>12s} {w:+.6g}")
     click.echo(f"  {'length':>12s} {weights.length:+.6g}")
+    if search is not None:
+        click.echo(f"  {'post. scale':>12s} {search.scale:.6g}")
     click.echo(f"wrote {out_path}")
 
 
@@ -211,6 +262,22 @@ def tune_cmd(
     help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
 )
 @click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="top",
+    show_default=True,
+    help="top: the hypothesis with the highest combined score. posterior: the one with the "
+    "fewest expected word errors against the others, weighted by the posteriors "
+    "softmax(S * combined score) over the list (minimum Bayes risk, as SRILM's nbest-lattice).",
+)
+@click.option(
+    "--posterior-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="S of --objective posterior (default: the one `tune --objective posterior` wrote "
+    "into the weights). It multiplies natural-log scores: SRILM's -posterior-scale s is 1/s.",
+)
 @normalize_option
 @noise_words_option
 @handle_errors
@@ -226,6 +293,8 @@ def rescore(
     weights_path: Path,
     out_dir: Path,
     utt2spk: Path | None,
+    objective: str,
+    posterior_scale: float | None,
     normalizer: Normalizer,
     noise_path: Path | None,
     context_path: Path | None = None,
@@ -238,12 +307,27 @@ def rescore(
     With references (--ref, or those the N-best file holds; --ref wins), prints the WER of the
     first-pass 1-best and of the rescored 1-best, and tests the difference for significance.
 
+    With --objective posterior the lists are sorted by expected word errors and hold the
+    posterior and expected errors of every hypothesis (mbr_posterior, mbr_expected_errors);
+    the WER of the top-score choice is printed beside the posterior one.
+
     \b
     Example:
       rescorer rescore --nbest DEV --ref DEV/references/ref_wer.trn \\
           --lm kenlm:4gram.bin --weights weights.json --out OUTDIR
+      rescorer rescore --nbest DEV --weights weights.json --objective posterior --out OUTDIR
     """
     weights = Weights.load(weights_path)
+    scale = None
+    if objective == "posterior":
+        scale = posterior_scale if posterior_scale is not None else weights.posterior_scale
+        if scale is None:
+            raise click.UsageError(
+                f"--objective posterior needs --posterior-scale: {weights_path} holds no scale "
+                "(tune --objective posterior writes one)"
+            )
+    elif posterior_scale is not None:
+        raise click.UsageError("--posterior-scale goes with --objective posterior")
     tuned_with = weights.meta.get("normalize")
     if tuned_with is not None and tuned_with != normalizer.name:
         logger.warning(
@@ -258,8 +342,11 @@ def rescore(
         ref_path, ref_format, nbest, nbest_path, required=False, allow_extra=allow_extra_refs
     )
     refs = None if refs is None else normalizer.mapping(refs)
-    if refs is None and not noise.is_empty:
-        raise click.UsageError("--noise-words is only used with --ref (or embedded references)")
+    if refs is None and not noise.is_empty and scale is None:
+        raise click.UsageError(
+            "--noise-words is only used with --ref (or embedded references) or --objective "
+            "posterior"
+        )
     nbest = normalizer.nbest(nbest)
     # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
     if utt2spk is not None and refs is None:
@@ -276,6 +363,13 @@ def rescore(
             f"models provide (have: {list(nbest.score_names())})"
         )
     reranked = rerank(nbest, weights)
+    label = "rescored"
+    if scale is not None:
+        from rescorer.mbr import rerank_posterior
+
+        top = one_best(reranked)
+        reranked = rerank_posterior(nbest, weights, scale, noise)
+        label = f"rescored (posterior, scale {scale:.6g})"
     best = one_best(reranked)  # the reranked lists' first hypotheses
     lines: list[str] = []
     if refs is not None:
@@ -283,11 +377,11 @@ def rescore(
         base = score_corpus(scored, noise.mapping(one_best(nbest)), speakers)
         new = score_corpus(scored, noise.mapping(best), speakers)
         tag = normalized_label(normalizer, noise)
-        lines = [
-            f"{base.kaldi_line()} first pass{tag}",
-            f"{new.kaldi_line()} rescored{tag}",
-            compare(base, new).summary(),
-        ]
+        lines = [f"{base.kaldi_line()} first pass{tag}"]
+        if scale is not None:
+            top_report = score_corpus(scored, noise.mapping(top), speakers)
+            lines.append(f"{top_report.kaldi_line()} rescored (top score){tag}")
+        lines += [f"{new.kaldi_line()} {label}{tag}", compare(base, new).summary()]
     # One set: a killed run leaves the previous files; without --ref an earlier wer.txt, which
     # would no longer describe the output, is not part of the new set.
     with atomic_dir(out_dir, owned=RESCORE_FILES.__contains__) as tmp:

@@ -9,6 +9,7 @@ worked out by hand in the comments.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,103 @@ def test_extra_refs_in_tune_rescore_score_convert(
     result = run([*score, "--out", tmp_path / "s.jsonl", "--allow-extra-refs"])
     assert result.exit_code == 0, result.output
     assert [r.get("ref") for r in read_jsonl(tmp_path / "s.jsonl")] == ["a b", "c d"]
+
+
+# -- posterior (minimum expected word error) decoding -------------------------------------------
+
+# spk-1: decoder scores log 0.4, log 0.35, log 0.25 (posteriors at scale 1). With the pairwise
+# distances d(h1,h2) = 1, d(h1,h3) = 2, d(h2,h3) = 1 the expected errors are h1 0.85, h2 0.65,
+# h3 1.15 (tests/rescorer/test_mbr.py): the posterior choice is h2, "a x c", the reference.
+# spk-2: one hypothesis, "d e" with reference "d e f" (1 deletion) whatever the objective.
+# Top score: 1 + 1 = 2 errors over 6 words; posterior at scale 1 (and 0.5): 0 + 1 = 1.
+POSTERIOR_SET = [
+    (
+        "spk-1",
+        [
+            ("a b c", math.log(0.4), 0.0, 0.0),
+            ("a x c", math.log(0.35), 0.0, 0.0),
+            ("a x c d", math.log(0.25), 0.0, 0.0),
+        ],
+    ),
+    ("spk-2", [("d e", -1.0, 0.0, 0.0)]),
+]
+POSTERIOR_REFS = {"spk-1": "a x c", "spk-2": "d e f"}
+
+
+def test_rescore_objective_posterior(tmp_path: Path, espnet_factory: Factory) -> None:
+    dev = espnet_factory("dev", POSTERIOR_SET, POSTERIOR_REFS)
+    ref = dev / "references" / "ref_wer.trn"
+    weights = write(
+        tmp_path / "w.json",
+        json.dumps({"format": "rescorer-weights", "version": 1, "features": {"decoder": 1.0}}),
+    )
+    out = tmp_path / "out"
+    base = ["rescore", "--nbest", dev, "--ref", ref, "--weights", weights, "--out", out]
+    result = run([*base, "--objective", "posterior", "--posterior-scale", "1"])
+    assert result.exit_code == 0, result.output
+    assert wer_lines(result.output) == [
+        "%WER 33.33 [ 2 / 6, 0 ins, 1 del, 1 sub ] first pass",
+        "%WER 33.33 [ 2 / 6, 0 ins, 1 del, 1 sub ] rescored (top score)",
+        "%WER 16.67 [ 1 / 6, 0 ins, 1 del, 0 sub ] rescored (posterior, scale 1)",
+    ]
+    assert (out / "1best.txt").read_text() == "spk-1 a x c\nspk-2 d e\n"
+    rows = read_jsonl(out / "nbest.jsonl")
+    first = rows[0]["hyps"]
+    assert [h["text"] for h in first] == ["a x c", "a b c", "a x c d"]
+    assert [h["scores"]["mbr_expected_errors"] for h in first] == pytest.approx([0.65, 0.85, 1.15])
+    assert [h["scores"]["mbr_posterior"] for h in first] == pytest.approx([0.35, 0.4, 0.25])
+    # a scale of 100 is the top-score choice again
+    result = run([*base, "--objective", "posterior", "--posterior-scale", "100"])
+    assert "%WER 33.33 [ 2 / 6, 0 ins, 1 del, 1 sub ] rescored (posterior, scale 100)" in (
+        result.output
+    )
+    # the default objective is the top score, as before
+    result = run(base)
+    assert "%WER 33.33 [ 2 / 6, 0 ins, 1 del, 1 sub ] rescored" in result.output.splitlines()
+    assert (out / "1best.txt").read_text() == "spk-1 a b c\nspk-2 d e\n"
+
+
+def test_rescore_posterior_usage_errors(tmp_path: Path, espnet_factory: Factory) -> None:
+    dev = espnet_factory("dev", POSTERIOR_SET, POSTERIOR_REFS)
+    weights = write(
+        tmp_path / "w.json",
+        json.dumps({"format": "rescorer-weights", "version": 1, "features": {"decoder": 1.0}}),
+    )
+    base = ["rescore", "--nbest", dev, "--weights", weights, "--out", tmp_path / "o"]
+    assert_usage_error(run([*base, "--objective", "posterior"]), "needs --posterior-scale")
+    assert_usage_error(run([*base, "--posterior-scale", "2"]), "goes with --objective posterior")
+    assert_usage_error(run([*base, "--objective", "posterior", "--posterior-scale", "0"]), "0")
+    assert not (tmp_path / "o").exists()
+
+
+def test_tune_objective_posterior_then_rescore(tmp_path: Path, espnet_factory: Factory) -> None:
+    dev = espnet_factory("dev", POSTERIOR_SET, POSTERIOR_REFS)
+    ref = dev / "references" / "ref_wer.trn"
+    weights = tmp_path / "w.json"
+    # one feature, no length: nothing to tune, the weights are decoder = 1; then the scale.
+    args = ["tune", "--nbest", dev, "--ref", ref, "--features", "decoder", "--no-length"]
+    result = run(
+        [*args, "--objective", "posterior", "--posterior-scales", "100,0.5,1", "--out", weights]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].startswith("tuned   %WER 33.33 [ 2 / 6 ]")
+    assert lines[2] == (
+        "posterior %WER 16.67 [ 1 / 6 ] at scale 1 (fewest errors of 3 scales 0.5..100; "
+        "top score: 2 errors)"
+    )
+    data = json.loads(weights.read_text())
+    assert data["posterior_scale"] == 1.0
+    assert data["meta"]["posterior"]["grid"] == [[0.5, 1], [1.0, 1], [100.0, 2]]
+    assert data["meta"]["objective"] == "posterior"
+    out = tmp_path / "out"
+    result = run(
+        ["rescore", "--nbest", dev, "--ref", ref, "--weights", weights, "--out", out,
+         "--objective", "posterior"]
+    )  # fmt: skip
+    assert "%WER 16.67 [ 1 / 6, 0 ins, 1 del, 0 sub ] rescored (posterior, scale 1)" in (
+        result.output
+    )
+    assert_usage_error(
+        run([*args, "--posterior-scales", "1", "--out", weights]), "--objective posterior"
+    )
