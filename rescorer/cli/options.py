@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from rescorer.core.constants import OOV_SUFFIX
 from rescorer.core.errors import (
     FileError,
     InputError,
@@ -29,6 +30,7 @@ from rescorer.core.errors import (
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import check_output_dir, check_output_file
 from rescorer.formats import READERS, detect_format, read_nbest
+from rescorer.formats.srilm import ScoreDir, add_score_dirs
 from rescorer.lms import LOADERS, parse_spec
 from rescorer.lms.contract import LMSpec
 from rescorer.normalize import (
@@ -198,9 +200,10 @@ def noise_words_option(fn: F) -> F:
         type=EXISTING_FILE,
         default=None,
         help="Words deleted from references and hypotheses before errors are counted, one per "
-        "line (as SRILM's -noise-vocab: [noise], <unk>, ...); matched exactly against the words "
-        "after --normalize. Scoring only: the lists keep them for the LMs, the word count and "
-        "the outputs.",
+        "line (as SRILM's -noise-vocab: [noise], <unk>, ...), and from the distances between "
+        "hypotheses of --objective posterior; matched exactly against the words after "
+        "--normalize. Scoring only: the lists keep them for the LMs, the word count and the "
+        "outputs.",
     )(fn)
 
 
@@ -337,6 +340,55 @@ def allow_extra_refs_option(fn: F) -> F:
     return click.option("--allow-extra-refs", is_flag=True, help=ALLOW_EXTRA_REFS_HELP)(fn)
 
 
+class ScoreDirType(click.ParamType):
+    """``NAME=DIR``: a folder of per-utterance score files (SRILM's score directories)."""
+
+    name = "NAME=DIR"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, ScoreDir):
+            return value
+        try:
+            spec = ScoreDir.parse(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if not spec.folder.is_dir():
+            raise InputFailure(
+                f"{spec.folder}: --extra-scores {spec.name}: expected a folder of score files"
+            )
+        return spec
+
+
+def extra_scores_option(fn: F) -> F:
+    """``--extra-scores NAME=DIR`` (repeatable): more features from SRILM score directories."""
+    return click.option(
+        "--extra-scores",
+        "extra_scores",
+        type=ScoreDirType(),
+        multiple=True,
+        help="More per-hypothesis features, as SRILM's score directories: DIR holds one file "
+        "per utterance, named like the N-best files (ID, ID.gz, ID.score.gz, ...), with one "
+        "number per line per hypothesis in list order; they become feature NAME. The numbers "
+        "are taken as they are (no log10 or bytelog conversion: a linear feature, its tuned "
+        "weight absorbs the base). Repeatable.",
+    )(fn)
+
+
+def check_feature_names(
+    extra_scores: Sequence[ScoreDir], lm_specs: Sequence[LMSpec] = (), lm_oov: bool = False
+) -> None:
+    """Refuse (one line, exit 2) an --extra-scores name that an --lm feature also takes."""
+    lm_names = {s.name: s for s in lm_specs}
+    if lm_oov:
+        lm_names.update({s.name + OOV_SUFFIX: s for s in lm_specs})
+    for d in extra_scores:
+        if d.name in lm_names:
+            raise InputFailure(
+                f"--extra-scores {d.name}={d.folder} and --lm {lm_names[d.name].name}=...: two "
+                f"features named {d.name!r}; name one otherwise"
+            )
+
+
 def ref_options(required: bool) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         fn = allow_extra_refs_option(fn)
@@ -466,13 +518,15 @@ def load_contexts(
     return contexts
 
 
-def load_nbest(path: Path, fmt: str) -> NBest:
+def load_nbest(path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = ()) -> NBest:
+    """The N-best lists of ``--nbest`` (format detected for ``auto``), with the features of
+    any ``--extra-scores`` folders added."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     nbest = read_nbest(path, fmt)
     if len(nbest) == 0:
         raise InputError("no N-best lists in it", path)
     logger.info("read %r from %s (%s)", nbest, path, fmt)
-    return nbest
+    return add_score_dirs(nbest, extra_scores) if extra_scores else nbest
 
 
 def load_refs(

@@ -13,8 +13,10 @@ from rescorer.cli.options import (
     CommaList,
     NumberList,
     allow_extra_refs_option,
+    check_feature_names,
     context_options,
     echo_lm_report,
+    extra_scores_option,
     handle_errors,
     lm_options,
     load_contexts,
@@ -35,6 +37,7 @@ from rescorer.cli.options import (
 from rescorer.combine import Weights, one_best, rerank
 from rescorer.core.output import atomic_dir, atomic_write, check_output_dir, check_output_file
 from rescorer.formats import FILE_FORMATS, WRITERS, write_nbest
+from rescorer.formats.srilm import ScoreDir
 from rescorer.lms.contract import LMSpec
 from rescorer.mbr import OBJECTIVES
 from rescorer.nbest import NBest
@@ -56,6 +59,7 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 
 @click.command(name="tune")
 @nbest_options
+@extra_scores_option
 @ref_options(required=False)
 @lm_options
 @context_options
@@ -120,6 +124,7 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 def tune_cmd(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     ref_path: Path | None,
     ref_format: str,
     allow_extra_refs: bool,
@@ -155,11 +160,14 @@ def tune_cmd(
           --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
       rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
           --features decoder,ctc,lm --objective posterior --out weights.json
+      rescorer tune --nbest NBEST_DIR --format srilm3 --ref refs.txt \\
+          --extra-scores pron=PRON_DIR --features acoustic,lm,pron --out weights.json
     """
     if posterior_scales is not None and objective != "posterior":
         raise click.UsageError("--posterior-scales goes with --objective posterior")
+    check_feature_names(extra_scores, lm_specs, lm_oov)
     noise = load_noise_words(noise_path)
-    nbest = load_nbest(nbest_path, fmt)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
     refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, allow_extra=allow_extra_refs)
     assert refs is not None  # required
     refs = normalizer.mapping(refs)
@@ -193,6 +201,8 @@ def tune_cmd(
         "normalize": normalizer.name,
         "lms": {s.name: f"{s.kind}:{s.path}" for s in lm_specs},
     }
+    if extra_scores:
+        meta["extra_scores"] = {d.name: str(d.folder) for d in extra_scores}
     if not noise.is_empty:
         meta["noise_words"] = noise.source
     search = None
@@ -244,6 +254,7 @@ def tune_cmd(
 
 @click.command()
 @nbest_options
+@extra_scores_option
 @ref_options(required=False)
 @lm_options
 @context_options
@@ -276,7 +287,8 @@ def tune_cmd(
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="S of --objective posterior (default: the one `tune --objective posterior` wrote "
-    "into the weights). It multiplies natural-log scores: SRILM's -posterior-scale s is 1/s.",
+    "into the weights). It multiplies natural-log scores: S = 1/s for SRILM's "
+    "-posterior-scale s.",
 )
 @normalize_option
 @noise_words_option
@@ -284,6 +296,7 @@ def tune_cmd(
 def rescore(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     ref_path: Path | None,
     ref_format: str,
     allow_extra_refs: bool,
@@ -336,8 +349,9 @@ def rescore(
             tuned_with,
             normalizer.name,
         )
+    check_feature_names(extra_scores, lm_specs, lm_oov)
     noise = load_noise_words(noise_path)
-    nbest = load_nbest(nbest_path, fmt)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
     refs = resolve_refs(
         ref_path, ref_format, nbest, nbest_path, required=False, allow_extra=allow_extra_refs
     )
@@ -359,8 +373,8 @@ def rescore(
     missing = [n for n in weights.names if n not in nbest.score_names()]
     if missing:
         raise click.UsageError(
-            f"weights name feature(s) {missing} that neither the N-best lists nor the --lm "
-            f"models provide (have: {list(nbest.score_names())})"
+            f"weights name feature(s) {missing} that neither the N-best lists, the --lm "
+            f"models nor --extra-scores provide (have: {list(nbest.score_names())})"
         )
     reranked = rerank(nbest, weights)
     label = "rescored"
@@ -416,6 +430,7 @@ class ShardType(click.ParamType):
 
 @click.command()
 @nbest_options
+@extra_scores_option
 @lm_options
 @context_options
 @ref_options(required=False)
@@ -451,6 +466,7 @@ class ShardType(click.ParamType):
 def score(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
@@ -498,7 +514,8 @@ def score(
         raise click.UsageError(f"{' and '.join(chosen)} do not go together: choose one")
     if shards is not None and ray_address is None:
         raise click.UsageError("--shards goes with --ray (--shard K/N scores one shard)")
-    nbest = load_nbest(nbest_path, fmt)
+    check_feature_names(extra_scores, lm_specs, lm_oov)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
     refs = (
         load_refs(ref_path, ref_format, list(nbest), nbest_path, allow_extra_refs)
         if ref_path
@@ -571,6 +588,7 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
 
 @click.command()
 @nbest_options
+@extra_scores_option
 @click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
 @click.option(
@@ -585,6 +603,7 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
 def convert(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     to_fmt: str,
     out_path: Path,
     ref_path: Path | None,
@@ -600,7 +619,7 @@ def convert(
       rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
     """
     (check_output_file if to_fmt in FILE_FORMATS else check_output_dir)(out_path)
-    nbest = load_nbest(nbest_path, fmt)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
     if ref_path is not None:
         if to_fmt not in ("json", "jsonl", "hyporadise"):
             raise click.UsageError(f"--ref: the {to_fmt} format has no place for references")

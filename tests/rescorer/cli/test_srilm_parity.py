@@ -308,3 +308,108 @@ def test_tune_objective_posterior_then_rescore(tmp_path: Path, espnet_factory: F
     assert_usage_error(
         run([*args, "--posterior-scales", "1", "--out", weights]), "--objective posterior"
     )
+
+
+# -- extra score directories --------------------------------------------------------------------
+
+# SRILM 3-column lists (log10 acoustic, log10 lm, word count) and a pronunciation score folder.
+# u1 (ref "a b"): "a x" has the better acoustic score but pron -5; "a b" pron 0.
+# u2 (ref "c d"): "c d" has the better acoustic score and pron 0; "c y" pron -5.
+# The acoustic score alone makes 1 error (u1) over 4 words; adding pron makes none.
+SRILM_LISTS = {
+    "u1.nbest": "-1.0 -1.0 2 a x\n-1.2 -1.0 2 a b\n",
+    "u2.nbest": "-1.0 -1.0 2 c d\n-1.1 -1.0 2 c y\n",
+}
+PRON = {"u1.score.gz": "-5\n0\n", "u2.score": "0\n-5\n"}
+
+
+@pytest.fixture()
+def srilm_set(tmp_path: Path) -> tuple[Path, Path, Path]:
+    import gzip
+
+    lists = tmp_path / "nbest"
+    lists.mkdir()
+    for name, text in SRILM_LISTS.items():
+        write(lists / name, text)
+    pron = tmp_path / "pron"
+    pron.mkdir()
+    for name, text in PRON.items():
+        if name.endswith(".gz"):
+            with gzip.open(pron / name, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            write(pron / name, text)
+    ref = write(tmp_path / "ref.txt", "u1 a b\nu2 c d\n")
+    return lists, pron, ref
+
+
+def test_extra_scores_tune_rescore_convert(
+    tmp_path: Path, srilm_set: tuple[Path, Path, Path]
+) -> None:
+    lists, pron, ref = srilm_set
+    nb = ["--nbest", lists, "--format", "srilm3"]
+    weights = tmp_path / "w.json"
+    result = run(
+        ["tune", *nb, "--extra-scores", f"pron={pron}", "--ref", ref,
+         "--features", "acoustic,pron", "--no-length", "--out", weights]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == "initial %WER 25.00 [ 1 / 4 ]"
+    assert result.output.splitlines()[1].startswith("tuned   %WER 0.00 [ 0 / 4 ]")
+    data = json.loads(weights.read_text())
+    assert data["features"]["pron"] > 0 and data["meta"]["extra_scores"] == {"pron": str(pron)}
+
+    out = tmp_path / "out"
+    rescore = ["rescore", *nb, "--ref", ref, "--weights", weights, "--out", out]
+    assert_usage_error(run(rescore), "['pron']", "--extra-scores")
+    result = run([*rescore, "--extra-scores", f"pron={pron}"])
+    assert result.exit_code == 0, result.output
+    assert "%WER 0.00 [ 0 / 4, 0 ins, 0 del, 0 sub ] rescored" in result.output.splitlines()
+    assert (out / "1best.txt").read_text() == "u1 a b\nu2 c d\n"
+
+    result = run(["convert", *nb, "--extra-scores", f"pron={pron}", "--to", "jsonl",
+                  "--out", tmp_path / "c.jsonl"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl(tmp_path / "c.jsonl")
+    assert [[h["scores"]["pron"] for h in r["hyps"]] for r in rows] == [[-5.0, 0.0], [0.0, -5.0]]
+
+
+def test_extra_scores_errors(
+    tmp_path: Path, srilm_set: tuple[Path, Path, Path], tiny_arpa: Path
+) -> None:
+    lists, pron, ref = srilm_set
+    base = ["convert", "--nbest", lists, "--format", "srilm3", "--to", "jsonl"]
+    base += ["--out", tmp_path / "c.jsonl"]
+    write(pron / "u2.score", "0\n-5\n1\n")  # 3 lines for 2 hypotheses
+    result = run([*base, "--extra-scores", f"pron={pron}"])
+    assert_input_error(
+        result, f"{pron / 'u2.score'}:3: expected 2 scores, one per hypothesis of 'u2', got more"
+    )
+    write(pron / "u2.score", "0\ninf\n")
+    assert_input_error(
+        run([*base, "--extra-scores", f"pron={pron}"]), f"{pron / 'u2.score'}:2:", "finite"
+    )
+    (pron / "u2.score").unlink()
+    assert_input_error(
+        run([*base, "--extra-scores", f"pron={pron}"]),
+        f"{pron}: no score file for 1 utterance(s) of the N-best lists: u2",
+    )
+    assert_input_error(
+        run([*base, "--extra-scores", f"lm={pron}"]), "already have a score named 'lm'"
+    )
+    assert_input_error(
+        run([*base, "--extra-scores", f"pron={tmp_path / 'nope'}"]),
+        "nope: --extra-scores pron: expected a folder of score files",
+    )
+    assert_usage_error(run([*base, "--extra-scores", "pron"]), "expected NAME=DIR")
+    write(pron / "u2.score", "0\n-5\n")
+    score = ["score", "--nbest", lists, "--format", "srilm3", "--out", tmp_path / "s.jsonl"]
+    result = run([*score, "--extra-scores", f"tiny={pron}", "--lm", f"tiny=kenlm:{tiny_arpa}"])
+    assert_input_error(result, "two features named 'tiny'")
+    result = run([*score, "--extra-scores", f"tiny_oov={pron}", "--lm", f"tiny=kenlm:{tiny_arpa}"])
+    assert_input_error(result, "two features named 'tiny_oov'")
+    result = run([*score, "--extra-scores", f"pron={pron}", "--lm", f"tiny=kenlm:{tiny_arpa}"])
+    assert result.exit_code == 0, result.output
+    names = set(read_jsonl(tmp_path / "s.jsonl")[0]["hyps"][0]["scores"])
+    assert {"pron", "tiny", "tiny_oov", "acoustic"} <= names
+    assert not (tmp_path / "c.jsonl").exists()
