@@ -23,6 +23,7 @@ from tests.rescorer.cli.test_cli import (  # noqa: F401 (_restore_logging: an au
     run,
     wer_lines,
     write,
+    write_weights,
 )
 
 # -- noise words --------------------------------------------------------------------------------
@@ -413,3 +414,36 @@ def test_extra_scores_errors(
     names = set(read_jsonl(tmp_path / "s.jsonl")[0]["hyps"][0]["scores"])
     assert {"pron", "tiny", "tiny_oov", "acoustic"} <= names
     assert not (tmp_path / "c.jsonl").exists()
+
+
+def test_rescore_posterior_distances_ignore_noise_words(
+    tmp_path: Path, espnet_factory: Factory
+) -> None:
+    # h1 "a b" (p 0.4), h2 "a c <n>" (0.35), h3 "a c" (0.25) at scale 1.
+    # Raw distances d12 = 2, d13 = 1, d23 = 1: E = (0.95, 1.05, 0.75), h3 wins.
+    # Without <n>: d12 = 1, d13 = 1, d23 = 0: E = (0.6, 0.4, 0.4), h2 and h3 tie, h2 (the higher
+    # score) wins. No references: --noise-words still serves the posterior objective.
+    dev = espnet_factory(
+        "dev",
+        [
+            (
+                "spk-1",
+                [
+                    ("a b", math.log(0.4), 0.0, 0.0),
+                    ("a c <n>", math.log(0.35), 0.0, 0.0),
+                    ("a c", math.log(0.25), 0.0, 0.0),
+                ],
+            )
+        ],
+    )
+    weights = write_weights(tmp_path / "w.json", {"decoder": 1.0})
+    noise = write(tmp_path / "noise.txt", "<n>\n")
+    out = tmp_path / "out"
+    base = ["rescore", "--nbest", dev, "--weights", weights, "--out", out]
+    base += ["--objective", "posterior", "--posterior-scale", "1"]
+    assert run(base).exit_code == 0
+    assert (out / "1best.txt").read_text() == "spk-1 a c\n"
+    assert run([*base, "--noise-words", noise]).exit_code == 0
+    assert (out / "1best.txt").read_text() == "spk-1 a c <n>\n"
+    result = run(base[:7] + ["--noise-words", noise])  # top score, no references
+    assert_usage_error(result, "--noise-words is only used with --ref")
