@@ -24,7 +24,7 @@ from rescorer.nbest import NBest, NBestList
 
 WEIGHTS_FORMAT = "rescorer-weights"
 WEIGHTS_VERSION = 1
-_WEIGHTS_KEYS = frozenset({"format", "version", "features", "length", "meta"})
+_WEIGHTS_KEYS = frozenset({"format", "version", "features", "length", "meta", "posterior_scale"})
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class Weights:
     length: float = 0.0
     # Free-form provenance written by `tune` (dev set, errors, options); not used for scoring.
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # Scale S of the hypothesis posteriors softmax(S * total) of posterior decoding
+    # (rescorer.mbr), when `tune --objective posterior` chose one; None: not tuned.
+    posterior_scale: float | None = None
 
     def __post_init__(self) -> None:
         if not self.features:
@@ -50,6 +53,12 @@ class Weights:
                 raise ValueError(f"weight of {name!r} must be finite, got {w}")
         if not math.isfinite(self.length):
             raise ValueError(f"length weight must be finite, got {self.length}")
+        if self.posterior_scale is not None and not (
+            math.isfinite(self.posterior_scale) and self.posterior_scale > 0
+        ):
+            raise ValueError(
+                f"posterior_scale must be a finite number > 0, got {self.posterior_scale}"
+            )
         object.__setattr__(self, "features", {str(k): float(v) for k, v in self.features.items()})
 
     @property
@@ -61,13 +70,16 @@ class Weights:
         return np.array([*self.features.values(), self.length], dtype=np.float64)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": WEIGHTS_FORMAT,
             "version": WEIGHTS_VERSION,
             "features": dict(self.features),
             "length": self.length,
-            "meta": dict(self.meta),
         }
+        if self.posterior_scale is not None:
+            out["posterior_scale"] = self.posterior_scale
+        out["meta"] = dict(self.meta)
+        return out
 
     def save(self, path: str | Path) -> None:
         with atomic_write(path) as f:
@@ -99,8 +111,11 @@ class Weights:
         }
         length = json_number(data.get("length", 0.0), path, None, '"length"')
         meta = json_object(data.get("meta", {}), path, None, '"meta"')
+        scale = data.get("posterior_scale")
+        if scale is not None:
+            scale = json_number(scale, path, None, '"posterior_scale"')
         try:
-            return cls(features, length, meta)
+            return cls(features, length, meta, scale)
         except ValueError as err:
             raise InputError(str(err), path) from None
 

@@ -29,19 +29,32 @@ presets (on their own):
 
 Every step works word by word (words are whitespace-separated and a step never joins two), so
 normalised words are cached; only ``english``'s bracket removal looks at the whole text.
+
+Noise words (:class:`NoiseWords`, ``--noise-words FILE`` on ``wer``, ``tune`` and ``rescore``)
+are the other scoring-only change, as SRILM's ``-noise-vocab``: words such as ``[noise]`` or
+``<unk>`` deleted from references and hypotheses before errors are counted. They are matched
+exactly against the words as ``--normalize`` leaves them, and they change only what is scored:
+the hypotheses keep them for the language models, the word-count feature and the outputs.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_lines
 
 if TYPE_CHECKING:
     from rescorer.nbest import NBest
+
+logger = logging.getLogger(__name__)
 
 STEPS: tuple[str, ...] = ("hyphen", "punct", "lower", "upper")
 """Composable steps, in the order they run."""
@@ -327,3 +340,92 @@ def get_normalizer(spec: str = "none") -> Normalizer:
         return Normalizer(name, functools.lru_cache(maxsize=1 << 18)(word_fn), remove_bracketed)
     word_fn = _librispeech_word if names == ("librispeech",) else _step_function(names)
     return Normalizer(name, functools.lru_cache(maxsize=1 << 18)(word_fn))
+
+
+# --------------------------------------------------------------------------------------------
+# Noise words
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoiseWords:
+    """Words deleted from references and hypotheses before scoring (SRILM's ``-noise-vocab``).
+
+    Empty by default (nothing deleted). Build one from a file with :func:`read_noise_words`.
+    """
+
+    # The words, matched exactly (after any --normalize).
+    words: frozenset[str] = frozenset()
+    # Where they were read from (named in result lines), or None.
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "words", frozenset(self.words))
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.words
+
+    def label(self) -> str:
+        """`` (noise words: FILE)`` after a result line, or nothing when there are none."""
+        if self.is_empty:
+            return ""
+        return f" (noise words: {self.source or f'{len(self.words)} words'})"
+
+    def strip(self, words: Sequence[str]) -> tuple[str, ...]:
+        """``words`` without the noise words."""
+        if not self.words:
+            return tuple(words)
+        return tuple(w for w in words if w not in self.words)
+
+    def mapping(self, texts: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+        """Every word sequence of ``texts`` (utterance id -> words) without the noise words."""
+        return {utt: self.strip(words) for utt, words in texts.items()}
+
+    def nbest(self, nbest: NBest) -> NBest:
+        """A copy of ``nbest`` with the noise words deleted from every hypothesis and embedded
+        reference, for scoring only (the word-count feature of the copy changes with them).
+
+        Scores stay; subword tokens stay only on hypotheses whose words did not change.
+        """
+        from rescorer.nbest import Hypothesis, NBest, NBestList
+
+        if self.is_empty:
+            return nbest
+        lists = []
+        for utt, nb in nbest.items():
+            hyps = []
+            for hyp in nb:
+                words = self.strip(hyp.words)
+                hyps.append(
+                    Hypothesis(words, hyp.scores, hyp.tokens if words == hyp.words else None)
+                )
+            lists.append(NBestList(utt, tuple(hyps)))
+        refs = None if nbest.references is None else self.mapping(nbest.references)
+        return NBest(lists, refs)
+
+
+NO_NOISE = NoiseWords()
+"""No noise words: nothing deleted."""
+
+
+def read_noise_words(path: str | Path) -> NoiseWords:
+    """Noise words from a file with one word per line (blank lines skipped, ``.gz`` read).
+
+    A line with more than one word is an :class:`InputError` naming the file and line; a file
+    without words gives an empty set (nothing deleted) and a warning.
+    """
+    path = Path(path)
+    words: set[str] = set()
+    for lineno, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) > 1:
+            raise InputError(
+                f"expected one noise word per line, got {len(fields)} words", path, lineno
+            )
+        words.add(fields[0])
+    if not words:
+        logger.warning("%s: no noise words in it; nothing is deleted", path)
+    return NoiseWords(frozenset(words), str(path))

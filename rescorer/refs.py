@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from rescorer.core.errors import InputError, shorten
+from rescorer.core.errors import InputError, describe_id_mismatch, shorten
 from rescorer.core.io import read_lines
 from rescorer.core.output import atomic_write
 from rescorer.formats._common import check_field, first_content_line, read_keyed
@@ -118,6 +119,63 @@ def read_references(
     if fmt in ("kaldi", "text"):
         return read_kaldi_text(path)
     raise ValueError(f"unknown reference format {fmt!r} (known: {', '.join(REF_FORMATS)})")
+
+
+@dataclass(frozen=True)
+class MatchedReferences:
+    """The references of exactly the utterances scored, and the extra ones that were dropped."""
+
+    # Utterance id -> reference words, in the order of the references file.
+    refs: dict[str, tuple[str, ...]]
+    # Ids of references without hypotheses, dropped: those with no words, and the others.
+    extra_empty: tuple[str, ...] = ()
+    extra_nonempty: tuple[str, ...] = ()
+
+
+def match_references(
+    refs: Mapping[str, Sequence[str]],
+    ids: Sequence[str],
+    allow_extra: bool = False,
+    path: str | Path | None = None,
+    against: str | Path | None = None,
+) -> MatchedReferences:
+    """The references of the utterances ``ids`` (read from ``path``; the ids from ``against``).
+
+    Every id needs a reference. A reference whose id is not among ``ids`` is dropped when it is
+    empty (an utterance with nothing to recognise, as a larger references file may hold) or,
+    with ``allow_extra``, whatever it holds; any other extra reference is an
+    :class:`InputError` naming the ids, as is a missing one.
+    """
+    wanted = set(ids)
+    missing = wanted - set(refs)
+    extra = [u for u in refs if u not in wanted]
+    extra_empty = tuple(u for u in extra if not refs[u])
+    extra_nonempty = tuple(u for u in extra if refs[u])
+    if missing or (extra_nonempty and not allow_extra):
+        got = set(refs) - set(extra_empty) - (set(extra_nonempty) if allow_extra else set())
+        theirs = "" if against is None else f" those of {against}"
+        hint = ""
+        if extra_nonempty and not allow_extra:
+            hint = (
+                " (a reference without hypotheses is accepted when it is empty, any with "
+                "--allow-extra-refs)"
+            )
+        raise InputError(
+            f"reference ids do not match{theirs}: {describe_id_mismatch(wanted, got)}{hint}",
+            path,
+        )
+    if extra_empty:
+        logger.info("%s: %d empty reference(s) without hypotheses dropped", path, len(extra_empty))
+    if extra_nonempty:
+        logger.warning(
+            "%s: %d reference(s) without hypotheses ignored (--allow-extra-refs): %s%s",
+            path,
+            len(extra_nonempty),
+            ", ".join(extra_nonempty[:5]),
+            f" (+{len(extra_nonempty) - 5} more)" if len(extra_nonempty) > 5 else "",
+        )
+    kept = {u: tuple(words) for u, words in refs.items() if u in wanted}
+    return MatchedReferences(kept, extra_empty, extra_nonempty)
 
 
 def read_utt2spk(path: str | Path) -> dict[str, str]:

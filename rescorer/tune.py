@@ -38,6 +38,7 @@ import numpy as np
 
 from rescorer.combine import Weights, check_features, feature_matrix
 from rescorer.nbest import NBest
+from rescorer.normalize import NO_NOISE, NoiseWords
 from rescorer.wer import hypothesis_errors
 
 logger = logging.getLogger(__name__)
@@ -396,8 +397,13 @@ def tune(
     features: Sequence[str],
     options: TuneOptions = TuneOptions(),
     initial: Weights | None = None,
+    noise: NoiseWords = NO_NOISE,
 ) -> TuneResult:
-    """Weights over ``features`` (+ length) minimising corpus word errors against ``refs``."""
+    """Weights over ``features`` (+ length) minimising corpus word errors against ``refs``.
+
+    ``noise`` words are deleted from references and hypotheses before errors are counted
+    (SRILM's ``-noise-vocab``); the features, the word count included, stay those of ``nbest``.
+    """
     t0 = time.perf_counter()
     features = list(features)
     if not features:
@@ -408,7 +414,8 @@ def tune(
     anchor = options.anchor or features[0]
     if anchor not in features:
         raise ValueError(f"anchor {anchor!r} is not one of the features {features}")
-    errs_by_utt = hypothesis_errors(nbest, refs)
+    refs = noise.mapping(refs)
+    errs_by_utt = hypothesis_errors(noise.nbest(nbest), refs)
     utts = [u for u in nbest if len(nbest[u]) > 0]
     feats = [feature_matrix(nbest[u], features) for u in utts]
     errs = [np.asarray(errs_by_utt[u], dtype=np.int64) for u in utts]

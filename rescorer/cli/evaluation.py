@@ -15,8 +15,10 @@ from rescorer.cli.options import (
     echo_report,
     handle_errors,
     load_nbest,
+    load_noise_words,
     load_refs,
     load_speakers,
+    noise_words_option,
     normalize_option,
     normalized_label,
     ref_options,
@@ -101,10 +103,12 @@ def write_alignments(
     "alignment the counts come from) and tables of confusion pairs, deletions and insertions.",
 )
 @normalize_option
+@noise_words_option
 @handle_errors
 def wer(
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     hyp_path: Path | None,
     hyp_format: str,
     nbest_path: Path | None,
@@ -117,6 +121,7 @@ def wer(
     summary: bool,
     align_path: Path | None,
     normalizer: Normalizer,
+    noise_path: Path | None,
 ) -> None:
     """Word error rate against references.
 
@@ -131,6 +136,7 @@ def wer(
       rescorer wer --nbest hyporadise_test.json --oracle --normalize english
       rescorer wer --ref REF.trn --hyp hyp.trn --align hyp.pra
       rescorer wer --ref REF.trn --hyp A.txt --compare B.txt
+      rescorer wer --ref REF.trn --hyp hyp.txt --noise-words noise.txt
     """
     if (hyp_path is None) == (nbest_path is None):
         raise click.UsageError("give exactly one of --hyp or --nbest")
@@ -139,27 +145,28 @@ def wer(
     if with_oracle and cer:
         raise click.UsageError("--oracle is computed on words; drop --cer")
     unit = "char" if cer else "word"
+    noise = load_noise_words(noise_path)
     nbest = None
     if hyp_path is not None:
-        hyps = normalizer.mapping(read_hyp_text(hyp_path, hyp_format))
-        refs = load_refs(ref_path, ref_format, list(hyps), hyp_path)
+        hyps = noise.mapping(normalizer.mapping(read_hyp_text(hyp_path, hyp_format)))
+        refs = load_refs(ref_path, ref_format, list(hyps), hyp_path, allow_extra_refs)
         label = str(hyp_path)
     else:
         assert nbest_path is not None
         from rescorer.combine import one_best  # numpy: only for N-best input
 
         raw = load_nbest(nbest_path, fmt)
-        refs = resolve_refs(ref_path, ref_format, raw, nbest_path)
-        nbest = normalizer.nbest(raw)
+        refs = resolve_refs(ref_path, ref_format, raw, nbest_path, allow_extra=allow_extra_refs)
+        nbest = noise.nbest(normalizer.nbest(raw))
         hyps = one_best(nbest)
         label = f"{nbest_path} (first hypotheses)"
     source = hyp_path or nbest_path
-    refs = normalizer.mapping(refs)
-    tag = normalized_label(normalizer)
+    refs = noise.mapping(normalizer.mapping(refs))
+    tag = normalized_label(normalizer, noise)
     speakers = load_speakers(utt2spk, list(hyps), source)
     other = None
     if compare_path is not None:  # read before anything is written
-        other = normalizer.mapping(read_hyp_text(compare_path, hyp_format))
+        other = noise.mapping(normalizer.mapping(read_hyp_text(compare_path, hyp_format)))
         check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path, against=source)
     report = score_corpus(refs, hyps, speakers, unit=unit)
     if summary:
@@ -169,9 +176,13 @@ def wer(
         with atomic_write(per_utt) as f:
             if not normalizer.is_identity:
                 f.write(f"# normalize: {normalizer.name}\n")
+            if not noise.is_empty:
+                f.write(f"# noise words: {noise.source}\n")
             f.write(report.utterance_table() + "\n")
     if align_path is not None:
         header = [f"{report.kaldi_line()} {label}", f"normalize: {normalizer.name}"]
+        if not noise.is_empty:
+            header.append(f"noise words: {noise.source}")
         write_alignments(align_path, refs, hyps, unit, header)
     if with_oracle:
         assert nbest is not None

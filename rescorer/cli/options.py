@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from rescorer.core.constants import OOV_SUFFIX
 from rescorer.core.errors import (
     FileError,
     InputError,
@@ -29,10 +30,19 @@ from rescorer.core.errors import (
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import check_output_dir, check_output_file
 from rescorer.formats import READERS, detect_format, read_nbest
+from rescorer.formats.srilm import ScoreDir, add_score_dirs
 from rescorer.lms import LOADERS, parse_spec
 from rescorer.lms.contract import LMSpec
-from rescorer.normalize import PRESETS, STEPS, Normalizer, get_normalizer
-from rescorer.refs import read_references, read_utt2spk
+from rescorer.normalize import (
+    NO_NOISE,
+    PRESETS,
+    STEPS,
+    NoiseWords,
+    Normalizer,
+    get_normalizer,
+    read_noise_words,
+)
+from rescorer.refs import match_references, read_references, read_utt2spk
 from rescorer.text import CASE_MODES
 
 if TYPE_CHECKING:  # what only some commands use is imported there (start-up time of `wer`)
@@ -175,9 +185,31 @@ def normalize_option(fn: F) -> F:
     )(fn)
 
 
-def normalized_label(normalizer: Normalizer) -> str:
-    """`` (normalize: NAME)`` after a result line, or nothing for raw text."""
-    return "" if normalizer.is_identity else f" (normalize: {normalizer.name})"
+def normalized_label(normalizer: Normalizer, noise: NoiseWords | None = None) -> str:
+    """`` (normalize: NAME)`` after a result line (nothing for raw text), then
+    `` (noise words: FILE)`` when noise words are deleted."""
+    tag = "" if normalizer.is_identity else f" (normalize: {normalizer.name})"
+    return tag + ("" if noise is None else noise.label())
+
+
+def noise_words_option(fn: F) -> F:
+    """``--noise-words FILE``: words deleted from references and hypotheses before scoring."""
+    return click.option(
+        "--noise-words",
+        "noise_path",
+        type=EXISTING_FILE,
+        default=None,
+        help="Words deleted from references and hypotheses before errors are counted, one per "
+        "line (as SRILM's -noise-vocab: [noise], <unk>, ...), and from the distances between "
+        "hypotheses of --objective posterior; matched exactly against the words after "
+        "--normalize. Scoring only: the lists keep them for the LMs, the word count and the "
+        "outputs.",
+    )(fn)
+
+
+def load_noise_words(path: Path | None) -> NoiseWords:
+    """The noise words of ``--noise-words`` (none when not given)."""
+    return NO_NOISE if path is None else read_noise_words(path)
 
 
 class InputPath(click.ParamType):
@@ -297,8 +329,69 @@ def nbest_options(fn: F) -> F:
     )(fn)
 
 
+ALLOW_EXTRA_REFS_HELP = (
+    "Ignore references whose ids have no hypotheses, with a warning counting them (without it "
+    "only empty ones are ignored, and any other is an error naming the ids)."
+)
+
+
+def allow_extra_refs_option(fn: F) -> F:
+    """``--allow-extra-refs``: references without hypotheses are dropped, not refused."""
+    return click.option("--allow-extra-refs", is_flag=True, help=ALLOW_EXTRA_REFS_HELP)(fn)
+
+
+class ScoreDirType(click.ParamType):
+    """``NAME=DIR``: a folder of per-utterance score files (SRILM's score directories)."""
+
+    name = "NAME=DIR"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, ScoreDir):
+            return value
+        try:
+            spec = ScoreDir.parse(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if not spec.folder.is_dir():
+            raise InputFailure(
+                f"{spec.folder}: --extra-scores {spec.name}: expected a folder of score files"
+            )
+        return spec
+
+
+def extra_scores_option(fn: F) -> F:
+    """``--extra-scores NAME=DIR`` (repeatable): more features from SRILM score directories."""
+    return click.option(
+        "--extra-scores",
+        "extra_scores",
+        type=ScoreDirType(),
+        multiple=True,
+        help="More per-hypothesis features, as SRILM's score directories: DIR holds one file "
+        "per utterance, named like the N-best files (ID, ID.gz, ID.score.gz, ...), with one "
+        "number per line per hypothesis in list order; they become feature NAME. The numbers "
+        "are taken as they are (no log10 or bytelog conversion: a linear feature, its tuned "
+        "weight absorbs the base). Repeatable.",
+    )(fn)
+
+
+def check_feature_names(
+    extra_scores: Sequence[ScoreDir], lm_specs: Sequence[LMSpec] = (), lm_oov: bool = False
+) -> None:
+    """Refuse (one line, exit 2) an --extra-scores name that an --lm feature also takes."""
+    lm_names = {s.name: s for s in lm_specs}
+    if lm_oov:
+        lm_names.update({s.name + OOV_SUFFIX: s for s in lm_specs})
+    for d in extra_scores:
+        if d.name in lm_names:
+            raise InputFailure(
+                f"--extra-scores {d.name}={d.folder} and --lm {lm_names[d.name].name}=...: two "
+                f"features named {d.name!r}; name one otherwise"
+            )
+
+
 def ref_options(required: bool) -> Callable[[F], F]:
     def deco(fn: F) -> F:
+        fn = allow_extra_refs_option(fn)
         fn = click.option(
             "--ref-format",
             type=click.Choice(["auto", "trn", "kaldi"]),
@@ -425,24 +518,33 @@ def load_contexts(
     return contexts
 
 
-def load_nbest(path: Path, fmt: str) -> NBest:
+def load_nbest(path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = ()) -> NBest:
+    """The N-best lists of ``--nbest`` (format detected for ``auto``), with the features of
+    any ``--extra-scores`` folders added."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     nbest = read_nbest(path, fmt)
     if len(nbest) == 0:
         raise InputError("no N-best lists in it", path)
     logger.info("read %r from %s (%s)", nbest, path, fmt)
-    return nbest
+    return add_score_dirs(nbest, extra_scores) if extra_scores else nbest
 
 
 def load_refs(
-    path: Path | None, fmt: str, ids: Sequence[str], source: Path | None = None
+    path: Path | None,
+    fmt: str,
+    ids: Sequence[str],
+    source: Path | None = None,
+    allow_extra: bool = False,
 ) -> dict[str, tuple[str, ...]]:
-    """References of exactly the utterances ``ids`` (read from ``source``, named on a mismatch)."""
+    """References of exactly the utterances ``ids`` (read from ``source``, named on a mismatch).
+
+    Every id needs one; references of other ids are dropped when empty, or all of them with
+    ``allow_extra`` (:func:`rescorer.refs.match_references`), else refused.
+    """
     if path is None:
         raise click.UsageError("--ref is required here")
     refs = read_references(path, None if fmt == "auto" else fmt)
-    check_same_ids(set(ids), set(refs), "reference", path, against=source)
-    return refs
+    return match_references(refs, ids, allow_extra, path, against=source).refs
 
 
 def resolve_refs(
@@ -451,14 +553,15 @@ def resolve_refs(
     nbest: NBest,
     nbest_path: Path,
     required: bool = True,
+    allow_extra: bool = False,
 ) -> dict[str, tuple[str, ...]] | None:
     """The references of ``nbest``: the --ref file when given (it wins over references embedded
-    in the lists), else the lists' own (every utterance needs one), else a usage error when
-    ``required`` (None when not)."""
+    in the lists; see :func:`load_refs` for ``allow_extra``), else the lists' own (every
+    utterance needs one), else a usage error when ``required`` (None when not)."""
     if path is not None:
         if nbest.references is not None:
             logger.info("--ref %s wins over the references embedded in %s", path, nbest_path)
-        return load_refs(path, fmt, list(nbest), nbest_path)
+        return load_refs(path, fmt, list(nbest), nbest_path, allow_extra)
     if nbest.references is not None:
         check_same_ids(set(nbest), set(nbest.references), "embedded reference", nbest_path)
         logger.info("references embedded in %s used (no --ref)", nbest_path)

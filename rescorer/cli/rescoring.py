@@ -11,15 +11,21 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     OUT_DIR,
     CommaList,
+    NumberList,
+    allow_extra_refs_option,
+    check_feature_names,
     context_options,
     echo_lm_report,
+    extra_scores_option,
     handle_errors,
     lm_options,
     load_contexts,
     load_nbest,
+    load_noise_words,
     load_refs,
     load_speakers,
     nbest_options,
+    noise_words_option,
     normalize_option,
     normalized_label,
     out_option,
@@ -31,7 +37,9 @@ from rescorer.cli.options import (
 from rescorer.combine import Weights, one_best, rerank
 from rescorer.core.output import atomic_dir, atomic_write, check_output_dir, check_output_file
 from rescorer.formats import FILE_FORMATS, WRITERS, write_nbest
+from rescorer.formats.srilm import ScoreDir
 from rescorer.lms.contract import LMSpec
+from rescorer.mbr import OBJECTIVES
 from rescorer.nbest import NBest
 from rescorer.normalize import Normalizer
 from rescorer.refs import write_kaldi_text
@@ -51,6 +59,7 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 
 @click.command(name="tune")
 @nbest_options
+@extra_scores_option
 @ref_options(required=False)
 @lm_options
 @context_options
@@ -91,14 +100,34 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
     "errors of a softmax over each list, annealed toward the hard choice (smooth, no restarts; "
     "generalised better from dev_clean to dev_other in recipes/librispeech_nbest).",
 )
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="top",
+    show_default=True,
+    help="top: weights for choosing the top combined score. posterior: the same weights, then "
+    "the posterior scale S of minimum expected word error decoding (rescore --objective "
+    "posterior) picked on this set by a grid search, and written with the weights; both dev "
+    "errors are reported.",
+)
+@click.option(
+    "--posterior-scales",
+    type=NumberList(float),
+    default=None,
+    help="With --objective posterior: the scales to try (default: 29 scales 2^(k/2)/spread, "
+    "k = -8..20, spread the median standard deviation of the combined scores in a list).",
+)
 @out_option("Where to write the tuned weights (JSON).", required=True)
 @normalize_option
+@noise_words_option
 @handle_errors
 def tune_cmd(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
@@ -111,8 +140,11 @@ def tune_cmd(
     bound: float | None,
     selection: str,
     method: str,
+    objective: str,
+    posterior_scales: tuple[float, ...] | None,
     out_path: Path,
     normalizer: Normalizer,
+    noise_path: Path | None,
     context_path: Path | None = None,
     device: str | None = None,
 ) -> None:
@@ -126,9 +158,17 @@ def tune_cmd(
     Example:
       rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
           --lm kenlm:4gram.bin --features decoder,ctc,4gram --out weights.json
+      rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
+          --features decoder,ctc,lm --objective posterior --out weights.json
+      rescorer tune --nbest NBEST_DIR --format srilm3 --ref refs.txt \\
+          --extra-scores pron=PRON_DIR --features acoustic,lm,pron --out weights.json
     """
-    nbest = load_nbest(nbest_path, fmt)
-    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path)
+    if posterior_scales is not None and objective != "posterior":
+        raise click.UsageError("--posterior-scales goes with --objective posterior")
+    check_feature_names(extra_scores, lm_specs, lm_oov)
+    noise = load_noise_words(noise_path)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
+    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, allow_extra=allow_extra_refs)
     assert refs is not None  # required
     refs = normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
@@ -152,6 +192,7 @@ def tune_cmd(
             method=method,
         ),
         initial=initial,
+        noise=noise,
     )
     meta = {
         **result.weights.meta,
@@ -160,9 +201,30 @@ def tune_cmd(
         "normalize": normalizer.name,
         "lms": {s.name: f"{s.kind}:{s.path}" for s in lm_specs},
     }
-    weights = Weights(result.weights.features, result.weights.length, meta)
+    if extra_scores:
+        meta["extra_scores"] = {d.name: str(d.folder) for d in extra_scores}
+    if not noise.is_empty:
+        meta["noise_words"] = noise.source
+    search = None
+    if objective == "posterior":
+        from rescorer.mbr import search_scale
+
+        search = search_scale(nbest, refs, result.weights, posterior_scales, noise)
+        meta["objective"] = "posterior"
+        meta["posterior"] = {
+            "scale": search.scale,
+            "dev_errors": search.errors,
+            "top_score_dev_errors": search.top_errors,
+            "grid": [[scale, errors] for scale, errors in search.grid],
+        }
+    weights = Weights(
+        result.weights.features,
+        result.weights.length,
+        meta,
+        None if search is None else search.scale,
+    )
     weights.save(out_path)
-    tag = normalized_label(normalizer)
+    tag = normalized_label(normalizer, noise)
     click.echo(
         f"initial %WER {100 * result.initial_errors / max(result.ref_words, 1):.2f} "
         f"[ {result.initial_errors} / {result.ref_words} ]{tag}"
@@ -172,9 +234,18 @@ def tune_cmd(
         f"({len(result.start_errors)} starts, best errors per start {list(result.start_errors)}, "
         f"{result.seconds:.1f}s){tag}"
     )
+    if search is not None:
+        lo, hi = search.grid[0][0], search.grid[-1][0]
+        click.echo(
+            f"posterior %WER {100 * search.wer:.2f} [ {search.errors} / {search.ref_words} ] "
+            f"at scale {search.scale:.6g} (fewest errors of {len(search.grid)} scales "
+            f"{lo:.3g}..{hi:.3g}; top score: {search.top_errors} errors){tag}"
+        )
     for name, w in weights.features.items():
         click.echo(f"  {name:>12s} {w:+.6g}")
     click.echo(f"  {'length':>12s} {weights.length:+.6g}")
+    if search is not None:
+        click.echo(f"  {'post. scale':>12s} {search.scale:.6g}")
     click.echo(f"wrote {out_path}")
 
 
@@ -183,6 +254,7 @@ def tune_cmd(
 
 @click.command()
 @nbest_options
+@extra_scores_option
 @ref_options(required=False)
 @lm_options
 @context_options
@@ -201,20 +273,43 @@ def tune_cmd(
     help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
 )
 @click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
+@click.option(
+    "--objective",
+    type=click.Choice(OBJECTIVES),
+    default="top",
+    show_default=True,
+    help="top: the hypothesis with the highest combined score. posterior: the one with the "
+    "fewest expected word errors against the others, weighted by the posteriors "
+    "softmax(S * combined score) over the list (minimum Bayes risk, as SRILM's nbest-lattice).",
+)
+@click.option(
+    "--posterior-scale",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="S of --objective posterior (default: the one `tune --objective posterior` wrote "
+    "into the weights). It multiplies natural-log scores: S = 1/s for SRILM's "
+    "-posterior-scale s.",
+)
 @normalize_option
+@noise_words_option
 @handle_errors
 def rescore(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
     weights_path: Path,
     out_dir: Path,
     utt2spk: Path | None,
+    objective: str,
+    posterior_scale: float | None,
     normalizer: Normalizer,
+    noise_path: Path | None,
     context_path: Path | None = None,
     device: str | None = None,
 ) -> None:
@@ -225,12 +320,27 @@ def rescore(
     With references (--ref, or those the N-best file holds; --ref wins), prints the WER of the
     first-pass 1-best and of the rescored 1-best, and tests the difference for significance.
 
+    With --objective posterior the lists are sorted by expected word errors and hold the
+    posterior and expected errors of every hypothesis (mbr_posterior, mbr_expected_errors);
+    the WER of the top-score choice is printed beside the posterior one.
+
     \b
     Example:
       rescorer rescore --nbest DEV --ref DEV/references/ref_wer.trn \\
           --lm kenlm:4gram.bin --weights weights.json --out OUTDIR
+      rescorer rescore --nbest DEV --weights weights.json --objective posterior --out OUTDIR
     """
     weights = Weights.load(weights_path)
+    scale = None
+    if objective == "posterior":
+        scale = posterior_scale if posterior_scale is not None else weights.posterior_scale
+        if scale is None:
+            raise click.UsageError(
+                f"--objective posterior needs --posterior-scale: {weights_path} holds no scale "
+                "(tune --objective posterior writes one)"
+            )
+    elif posterior_scale is not None:
+        raise click.UsageError("--posterior-scale goes with --objective posterior")
     tuned_with = weights.meta.get("normalize")
     if tuned_with is not None and tuned_with != normalizer.name:
         logger.warning(
@@ -239,9 +349,18 @@ def rescore(
             tuned_with,
             normalizer.name,
         )
-    nbest = load_nbest(nbest_path, fmt)
-    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, required=False)
+    check_feature_names(extra_scores, lm_specs, lm_oov)
+    noise = load_noise_words(noise_path)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
+    refs = resolve_refs(
+        ref_path, ref_format, nbest, nbest_path, required=False, allow_extra=allow_extra_refs
+    )
     refs = None if refs is None else normalizer.mapping(refs)
+    if refs is None and not noise.is_empty and scale is None:
+        raise click.UsageError(
+            "--noise-words is only used with --ref (or embedded references) or --objective "
+            "posterior"
+        )
     nbest = normalizer.nbest(nbest)
     # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
     if utt2spk is not None and refs is None:
@@ -254,21 +373,29 @@ def rescore(
     missing = [n for n in weights.names if n not in nbest.score_names()]
     if missing:
         raise click.UsageError(
-            f"weights name feature(s) {missing} that neither the N-best lists nor the --lm "
-            f"models provide (have: {list(nbest.score_names())})"
+            f"weights name feature(s) {missing} that neither the N-best lists, the --lm "
+            f"models nor --extra-scores provide (have: {list(nbest.score_names())})"
         )
     reranked = rerank(nbest, weights)
+    label = "rescored"
+    if scale is not None:
+        from rescorer.mbr import rerank_posterior
+
+        top = one_best(reranked)
+        reranked = rerank_posterior(nbest, weights, scale, noise)
+        label = f"rescored (posterior, scale {scale:.6g})"
     best = one_best(reranked)  # the reranked lists' first hypotheses
     lines: list[str] = []
     if refs is not None:
-        base = score_corpus(refs, one_best(nbest), speakers)
-        new = score_corpus(refs, best, speakers)
-        tag = normalized_label(normalizer)
-        lines = [
-            f"{base.kaldi_line()} first pass{tag}",
-            f"{new.kaldi_line()} rescored{tag}",
-            compare(base, new).summary(),
-        ]
+        scored = noise.mapping(refs)
+        base = score_corpus(scored, noise.mapping(one_best(nbest)), speakers)
+        new = score_corpus(scored, noise.mapping(best), speakers)
+        tag = normalized_label(normalizer, noise)
+        lines = [f"{base.kaldi_line()} first pass{tag}"]
+        if scale is not None:
+            top_report = score_corpus(scored, noise.mapping(top), speakers)
+            lines.append(f"{top_report.kaldi_line()} rescored (top score){tag}")
+        lines += [f"{new.kaldi_line()} {label}{tag}", compare(base, new).summary()]
     # One set: a killed run leaves the previous files; without --ref an earlier wer.txt, which
     # would no longer describe the output, is not part of the new set.
     with atomic_dir(out_dir, owned=RESCORE_FILES.__contains__) as tmp:
@@ -303,6 +430,7 @@ class ShardType(click.ParamType):
 
 @click.command()
 @nbest_options
+@extra_scores_option
 @lm_options
 @context_options
 @ref_options(required=False)
@@ -338,6 +466,7 @@ class ShardType(click.ParamType):
 def score(
     nbest_path: Path,
     fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
@@ -345,6 +474,7 @@ def score(
     device: str | None,
     ref_path: Path | None,
     ref_format: str,
+    allow_extra_refs: bool,
     out_path: Path,
     normalizer: Normalizer,
     shard: Shard | None,
@@ -384,9 +514,12 @@ def score(
         raise click.UsageError(f"{' and '.join(chosen)} do not go together: choose one")
     if shards is not None and ray_address is None:
         raise click.UsageError("--shards goes with --ray (--shard K/N scores one shard)")
-    nbest = load_nbest(nbest_path, fmt)
+    check_feature_names(extra_scores, lm_specs, lm_oov)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
     refs = (
-        load_refs(ref_path, ref_format, list(nbest), nbest_path) if ref_path else nbest.references
+        load_refs(ref_path, ref_format, list(nbest), nbest_path, allow_extra_refs)
+        if ref_path
+        else nbest.references
     )
     refs = None if refs is None else normalizer.mapping(refs)
     nbest = normalizer.nbest(nbest)
@@ -455,6 +588,7 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
 
 @click.command()
 @nbest_options
+@extra_scores_option
 @click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
 @click.option(
@@ -464,8 +598,17 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
     help="References (trn or Kaldi text) to embed in the output (json, jsonl, hyporadise), "
     "in place of any the lists hold.",
 )
+@allow_extra_refs_option
 @handle_errors
-def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path, ref_path: Path | None) -> None:
+def convert(
+    nbest_path: Path,
+    fmt: str,
+    extra_scores: tuple[ScoreDir, ...],
+    to_fmt: str,
+    out_path: Path,
+    ref_path: Path | None,
+    allow_extra_refs: bool,
+) -> None:
     """Convert N-best lists between formats.
 
     Scores are converted to the target format's log base or cost convention.
@@ -476,10 +619,11 @@ def convert(nbest_path: Path, fmt: str, to_fmt: str, out_path: Path, ref_path: P
       rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
     """
     (check_output_file if to_fmt in FILE_FORMATS else check_output_dir)(out_path)
-    nbest = load_nbest(nbest_path, fmt)
+    nbest = load_nbest(nbest_path, fmt, extra_scores)
     if ref_path is not None:
         if to_fmt not in ("json", "jsonl", "hyporadise"):
             raise click.UsageError(f"--ref: the {to_fmt} format has no place for references")
-        nbest = NBest(list(nbest.values()), load_refs(ref_path, "auto", list(nbest)))
+        refs = load_refs(ref_path, "auto", list(nbest), nbest_path, allow_extra_refs)
+        nbest = NBest(list(nbest.values()), refs)
     write_nbest(nbest, out_path, to_fmt)
     click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")

@@ -162,6 +162,10 @@ def _whole_text(path: Path) -> str | None:
     if path.name.endswith(".gz"):
         return None
     try:
+        # A pipe is never opened here: opening and closing it would pair with its writer, which
+        # then dies of a broken pipe, and the line-by-line path's open would wait forever.
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
         with open(path, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 return None

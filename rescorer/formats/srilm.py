@@ -25,16 +25,26 @@ paths relative to the list's folder). A folder is read through its ``nbest.list`
 one (the writers write it, to keep the utterance order), else all its visible files in name
 order. Writers (``srilm1``, ``srilm3``; ``srilm2`` would need word times, which the data model
 does not keep) write ``<folder>/<uttid>.nbest`` per utterance plus ``<folder>/nbest.list``.
+
+Score directories (``nbest-optimize``'s *scoredir* arguments, ``--extra-scores NAME=DIR``): a
+folder with one file per utterance, named like the N-best files (``ID``, ``ID.score.gz``,
+...; the id is taken from the name as above), holding one number per line, one line per
+hypothesis in list order (blank lines skipped). :func:`add_score_dirs` adds each folder's
+numbers to every hypothesis as one more feature. The numbers are taken as they are, with no
+log-base conversion: SRILM combines them linearly with its weights whatever they measure
+(pronunciation or duration log10 scores, counts), and so does the log-linear combination here,
+whose tuned weight absorbs any base. Files of utterances that are not in the lists are ignored.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from rescorer.core.constants import BOS, BYTELOG_TO_LN, EOS, LN10
+from rescorer.core.constants import BOS, BYTELOG_TO_LN, EOS, LENGTH_FEATURE, LN10, TOTAL_SCORE
 from rescorer.core.errors import InputError, shorten
 from rescorer.core.io import read_lines
 from rescorer.core.numbers import parse_count, parse_float
@@ -282,6 +292,135 @@ def read_srilm2(path: Path) -> NBest:
 def read_srilm3(path: Path) -> NBest:
     """3-column files: ``acoustic``, ``lm`` (log10 -> natural log) and ``nwords`` (a count)."""
     return read_srilm(path, "srilm3")
+
+
+# --- score directories --------------------------------------------------------------------
+
+RESERVED_SCORE_NAMES = frozenset({LENGTH_FEATURE, TOTAL_SCORE})
+"""Names an extra score cannot take: the word-count feature and rescore's combined score."""
+
+
+@dataclass(frozen=True)
+class ScoreDir:
+    """A folder of per-utterance score files that becomes the feature ``name``."""
+
+    name: str
+    folder: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "folder", Path(self.folder))
+        if not self.name or any(ch.isspace() or ch == "=" for ch in self.name):
+            raise ValueError(
+                f"expected a score name without spaces or '=', got {shorten(self.name)!r}"
+            )
+        if self.name in RESERVED_SCORE_NAMES:
+            raise ValueError(
+                f"score name {self.name!r} is taken by the toolkit "
+                f"({', '.join(sorted(RESERVED_SCORE_NAMES))}); name the scores otherwise"
+            )
+
+    @classmethod
+    def parse(cls, spec: str) -> ScoreDir:
+        """``NAME=DIR``; ValueError saying what was expected otherwise."""
+        name, eq, folder = spec.partition("=")
+        if not eq or not name or not folder:
+            raise ValueError(f"expected NAME=DIR, got {shorten(spec)!r}")
+        return cls(name, Path(folder))
+
+
+def score_files(folder: Path) -> dict[str, Path]:
+    """Utterance id -> score file of a score directory (hidden files and ``nbest.list`` are
+    not score files); two files of one id are an :class:`InputError` naming both."""
+    folder = Path(folder)
+    if not is_dir(folder):
+        raise InputError("expected a folder of score files (one per utterance)", folder)
+    out: dict[str, Path] = {}
+    for file in sorted(folder.iterdir()):
+        if file.name.startswith(".") or file.name == LIST_NAME or not is_file(file):
+            continue
+        utt_id = utt_id_from_path(file)
+        if utt_id in out:
+            raise InputError(
+                f"two score files for utterance {utt_id!r}: {out[utt_id].name} and {file.name}",
+                folder,
+            )
+        out[utt_id] = file
+    return out
+
+
+def read_score_file(path: Path, count: int, utt_id: str, name: str = "extra") -> list[float]:
+    """The ``count`` numbers of one score file (one per non-blank line, finite, as written).
+
+    A line with more than one field, a non-number, a non-finite number, a line past the
+    ``count``-th number or a file that ends before it is an :class:`InputError` naming the
+    file and the line.
+    """
+    path = Path(path)
+    values: list[float] = []
+    last = None
+    for lineno, line in read_lines(path):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(values) == count:
+            raise InputError(
+                f"expected {count} scores, one per hypothesis of {utt_id!r}, got more",
+                path,
+                lineno,
+            )
+        if len(fields) > 1:
+            raise InputError(
+                f"expected one number per line (the {name} score of hypothesis "
+                f"{len(values) + 1}), got {len(fields)} fields",
+                path,
+                lineno,
+            )
+        values.append(parse_float(fields[0], path, lineno, f"{name} score"))
+        last = lineno
+    if len(values) < count:
+        raise InputError(
+            f"expected {count} scores, one per hypothesis of {utt_id!r}, got {len(values)}",
+            path,
+            last,
+        )
+    return values
+
+
+def add_score_dirs(nbest: NBest, dirs: Sequence[ScoreDir]) -> NBest:
+    """``nbest`` with the numbers of each score directory added as its feature ``name``.
+
+    Every utterance of ``nbest`` needs a file in every folder, with one number per hypothesis.
+    A name given twice, or one the lists already have on any hypothesis, is a ValueError.
+    """
+    names = [d.name for d in dirs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"extra score name(s) given twice: {', '.join(twice)}")
+    existing = {name for nb in nbest.values() for hyp in nb for name in hyp.scores}
+    for d in dirs:
+        if d.name in existing:
+            raise ValueError(
+                f"extra scores {d.name}={d.folder}: the N-best lists already have a score "
+                f"named {d.name!r}; name them otherwise"
+            )
+    for d in dirs:
+        files = score_files(d.folder)
+        missing = [u for u in nbest if u not in files]
+        if missing:
+            more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""
+            raise InputError(
+                f"no score file for {len(missing)} utterance(s) of the N-best lists: "
+                f"{', '.join(missing[:5])}{more} (expected files named like the N-best files: "
+                "ID, ID.gz, ID.score.gz, ...)",
+                d.folder,
+            )
+        unused = len(files) - len(nbest)
+        if unused:
+            logger.info("%s: %d score file(s) of other utterances ignored", d.folder, unused)
+        values = {u: read_score_file(files[u], len(nb), u, d.name) for u, nb in nbest.items()}
+        nbest = nbest.with_scores(d.name, values)
+        logger.info("%s: extra score %r added to %d lists", d.folder, d.name, len(nbest))
+    return nbest
 
 
 # --- writers ------------------------------------------------------------------------------

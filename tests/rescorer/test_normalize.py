@@ -162,3 +162,49 @@ def test_nbest_hypotheses_and_references() -> None:
     assert out.references == {"u1": ("hello", "world")}
     assert get_normalizer("none").nbest(nb) is nb
     assert get_normalizer("lower").mapping({"a": ("X", "Y")}) == {"a": ("x", "y")}
+
+
+# -- noise words ------------------------------------------------------------------------------
+
+
+def test_noise_words_strip_both_sides_and_keep_scores(tmp_path: Path) -> None:
+    from rescorer.normalize import NO_NOISE, read_noise_words
+
+    path = tmp_path / "noise.txt"
+    path.write_text("\n<noise>\n  [laugh]  \n<noise>\n", encoding="utf-8")
+    noise = read_noise_words(path)
+    assert noise.words == frozenset({"<noise>", "[laugh]"})
+    assert noise.label() == f" (noise words: {path})" and NO_NOISE.label() == ""
+    assert noise.strip(("a", "<noise>", "b", "[laugh]")) == ("a", "b")
+    assert noise.strip(("<NOISE>",)) == ("<NOISE>",)  # matched exactly
+    assert noise.mapping({"u": ("[laugh]",)}) == {"u": ()}
+    nbest = NBest(
+        [
+            NBestList(
+                "u",
+                (
+                    Hypothesis(("a", "<noise>"), {"am": -1.0}, ("▁a", "<noise>")),
+                    Hypothesis(("a",), {"am": -2.0}, ("▁a",)),
+                ),
+            )
+        ],
+        {"u": ("<noise>", "a")},
+    )
+    out = noise.nbest(nbest)
+    assert [h.words for h in out["u"]] == [("a",), ("a",)]
+    assert [dict(h.scores) for h in out["u"]] == [{"am": -1.0}, {"am": -2.0}]
+    assert [h.tokens for h in out["u"]] == [None, ("▁a",)]  # tokens kept where words are
+    assert out.references == {"u": ("a",)}
+    assert NO_NOISE.nbest(nbest) is nbest
+
+
+def test_noise_words_file_with_two_words_on_a_line(tmp_path: Path) -> None:
+    from rescorer.core.errors import InputError
+    from rescorer.normalize import read_noise_words
+
+    path = tmp_path / "noise.txt"
+    path.write_text("<noise>\n\n[laugh] [cough]\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"noise.txt:3: expected one noise word per line, got 2"):
+        read_noise_words(path)
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    assert read_noise_words(tmp_path / "empty.txt").is_empty

@@ -141,3 +141,18 @@ def test_real_references(name: str, n_utts: int, n_words: int) -> None:
     spk = read_utt2spk(folder / "utt2spk")
     assert set(spk) == set(refs)
     assert all(utt.startswith(spk[utt] + "-") for utt in refs)
+
+
+def test_match_references_drops_empty_extras_and_allowed_ones() -> None:
+    from rescorer.refs import match_references
+
+    refs = {"u3": ("x",), "u1": ("a",), "u5": (), "u2": ("b", "c")}
+    matched = match_references(refs, ["u1", "u2"], allow_extra=True)
+    assert list(matched.refs) == ["u1", "u2"]  # the references' order, extras dropped
+    assert (matched.extra_empty, matched.extra_nonempty) == (("u5",), ("u3",))
+    with pytest.raises(InputError, match=r"r.trn: reference ids do not match those of h: 1 extra"):
+        match_references(refs, ["u1", "u2"], path="r.trn", against="h")
+    only_empty = match_references({"u1": ("a",), "u5": ()}, ["u1"])
+    assert only_empty.refs == {"u1": ("a",)} and only_empty.extra_empty == ("u5",)
+    with pytest.raises(InputError, match=r"1 missing id\(s\): u9$"):
+        match_references(refs, ["u1", "u9"], allow_extra=True)

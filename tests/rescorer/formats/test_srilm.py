@@ -220,3 +220,97 @@ def test_writers_refuse_bad_input(tmp_path: Path) -> None:
     nan = NBest([NBestList("a", (Hypothesis(("X",), {"score": math.nan}),))])
     with pytest.raises(ValueError, match="non-finite"):
         write_srilm1(nan, tmp_path)
+
+
+# -- score directories (--extra-scores NAME=DIR) ----------------------------------------------
+
+
+def two_lists() -> NBest:
+    """u1 with two hypotheses, u2 with three (scores: am)."""
+    return NBest(
+        [
+            NBestList("u1", tuple(Hypothesis((w,), {"am": -1.0}) for w in ("a", "b"))),
+            NBestList("u2", tuple(Hypothesis((w,), {"am": -2.0}) for w in ("c", "d", "e"))),
+        ]
+    )
+
+
+def score_dir(tmp_path: Path, files: dict[str, str], name: str = "pron") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for file, text in files.items():
+        if file.endswith(".gz"):
+            with gzip.open(folder / file, "wt", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            (folder / file).write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_score_dir_values_as_written_in_hypothesis_order(tmp_path: Path) -> None:
+    from rescorer.formats.srilm import ScoreDir, add_score_dirs
+
+    pron = score_dir(
+        tmp_path,
+        # named like N-best files (.score.gz, bare id); another utterance's file is ignored
+        {"u1.score.gz": "-1.5\n\n2e-3\n", "u2": "0\n-7\n  3.25 \n", "u9.score": "1\n"},
+    )
+    dur = score_dir(tmp_path, {"u1.nbest": "10\n20\n", "u2.txt": "30\n40\n50\n"}, "dur")
+    out = add_score_dirs(two_lists(), [ScoreDir("pron", pron), ScoreDir.parse(f"dur={dur}")])
+    assert [h.scores["pron"] for h in out["u1"]] == [-1.5, 0.002]  # no log-base conversion
+    assert [h.scores["pron"] for h in out["u2"]] == [0.0, -7.0, 3.25]
+    assert [h.scores["dur"] for h in out["u2"]] == [30.0, 40.0, 50.0]
+    assert out.score_names() == ("am", "pron", "dur")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "needle"),
+    [
+        ("1\n2\n3\n", 3, "expected 2 scores, one per hypothesis of 'u1', got more"),
+        ("1\n\n", 1, "expected 2 scores, one per hypothesis of 'u1', got 1"),
+        ("1\nnan\n", 2, "pron score: expected a finite number, got non-finite value 'nan'"),
+        ("1\n-inf\n", 2, "expected a finite number"),
+        ("1 2\n3\n", 1, "expected one number per line (the pron score of hypothesis 1), got 2"),
+        ("1\nx\n", 2, "pron score: not a number: expected a number, got 'x'"),
+    ],
+)
+def test_score_file_errors_name_file_and_line(
+    tmp_path: Path, text: str, line: int, needle: str
+) -> None:
+    from rescorer.formats.srilm import ScoreDir, add_score_dirs
+
+    pron = score_dir(tmp_path, {"u1.score": text, "u2.score": "1\n2\n3\n"})
+    with pytest.raises(InputError) as err:
+        add_score_dirs(two_lists(), [ScoreDir("pron", pron)])
+    assert str(err.value).startswith(f"{pron / 'u1.score'}:{line}: "), str(err.value)
+    assert needle in str(err.value)
+
+
+def test_empty_score_file_names_the_file(tmp_path: Path) -> None:
+    from rescorer.formats.srilm import ScoreDir, add_score_dirs
+
+    pron = score_dir(tmp_path, {"u1": "", "u2": "1\n2\n3\n"})
+    with pytest.raises(InputError, match=r"pron/u1: expected 2 scores, .* got 0$"):
+        add_score_dirs(two_lists(), [ScoreDir("pron", pron)])
+
+
+def test_score_dir_missing_files_duplicates_and_name_clashes(tmp_path: Path) -> None:
+    from rescorer.formats.srilm import ScoreDir, add_score_dirs
+
+    pron = score_dir(tmp_path, {"u1": "1\n2\n"})
+    with pytest.raises(InputError, match=r"pron: no score file for 1 utterance\(s\) .*: u2 "):
+        add_score_dirs(two_lists(), [ScoreDir("pron", pron)])
+    dup = score_dir(tmp_path, {"u1": "1\n2\n", "u1.score.gz": "1\n2\n", "u2": "1\n2\n3\n"}, "d")
+    with pytest.raises(InputError, match="two score files for utterance 'u1': u1 and u1.score.gz"):
+        add_score_dirs(two_lists(), [ScoreDir("d", dup)])
+    good = score_dir(tmp_path, {"u1": "1\n2\n", "u2": "1\n2\n3\n"}, "good")
+    with pytest.raises(ValueError, match="already have a score named 'am'"):
+        add_score_dirs(two_lists(), [ScoreDir("am", good)])
+    with pytest.raises(ValueError, match="given twice: x"):
+        add_score_dirs(two_lists(), [ScoreDir("x", good), ScoreDir("x", good)])
+    with pytest.raises(ValueError, match="'length' is taken by the toolkit"):
+        ScoreDir("length", good)
+    with pytest.raises(ValueError, match="expected NAME=DIR, got 'pron'"):
+        ScoreDir.parse("pron")
+    with pytest.raises(InputError, match="expected a folder of score files"):
+        add_score_dirs(two_lists(), [ScoreDir("x", tmp_path / "nope")])
