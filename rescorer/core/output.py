@@ -12,7 +12,8 @@
   (``0666 & ~umask``); a replaced file keeps its mode.
 * :func:`atomic_dir` writes a set of files into a temporary sibling folder and swaps it in with
   one atomic exchange (``renameat2(RENAME_EXCHANGE)``; where the system has none, two renames
-  that the next run completes), so a kill leaves the old set or the new set, never a mix.
+  that the next run completes, and :func:`interrupted_swap` tells a reader where the old set
+  is meanwhile), so a kill leaves the old set or the new set, never a mix.
   Entries of the old folder that the set does not own are carried into the new one.
 * Temporary names are ``.<name>.<pid>.<random>.rescorer-tmp``: removed on every exception
   (``KeyboardInterrupt`` too); after ``kill -9`` the next write of the same target removes

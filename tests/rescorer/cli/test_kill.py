@@ -43,6 +43,7 @@ from click.testing import CliRunner
 
 from rescorer.cli.main import main
 from rescorer.core.output import OLD_SUFFIX, TEMP_SUFFIX, temp_pattern
+from rescorer.formats import read_nbest
 from tests.paths import NBEST_FIXTURES, REPO
 
 logger = logging.getLogger(__name__)
@@ -160,9 +161,15 @@ def timed_run(cmd: list[str], target: Path) -> tuple[float, float]:
 
 
 def kill_repeatedly(
-    new_cmd: list[str], target: Path, old: Snapshot, new: Snapshot, restore: Callable[[], None]
+    new_cmd: list[str],
+    target: Path,
+    old: Snapshot,
+    new: Snapshot,
+    restore: Callable[[], None],
+    check: Callable[[], None] = lambda: None,
 ) -> list[Kill]:
-    """Kill ``new_cmd`` at each seed's point, the target reset to ``old`` before each run."""
+    """Kill ``new_cmd`` at each seed's point, the target reset to ``old`` before each run;
+    ``check()`` runs after each kill (a reader beside the leftovers)."""
     write_seconds, run_seconds = timed_run(new_cmd, target)
     assert snapshot(target) == new
     kills = []
@@ -179,6 +186,7 @@ def kill_repeatedly(
         assert got in (old, new), f"seed {seed} ({plan}, {delay:.3f} s): a mix of two sets"
         if not kill.killed:
             assert got == new
+        check()
         left = leftovers(target.parent, target.name)
         if kill.during_write:  # the run got to its write: the earlier leftovers are gone
             assert set(left.values()) <= {kill.pid}, (seed, before, left)
@@ -296,7 +304,12 @@ def test_kill_convert_to_espnet_over_an_older_set(espnet_dir: Path, tmp_path: Pa
     assert old["raw_hypotheses/1best_recog/text"] != new_all["raw_hypotheses/1best_recog/text"]
     old_set = snapshot(seed_dir / "raw_hypotheses")
     new_set = snapshot(target)
-    kill_repeatedly(new_cmd, target, old_set, new_set, restore)
+    lists = (read_nbest(seed_dir), read_nbest(out))
+
+    def check() -> None:  # the folder reads as one of the two sets, leftovers or not
+        assert read_nbest(out) in lists
+
+    kill_repeatedly(new_cmd, target, old_set, new_set, restore, check)
     assert snapshot(out) == new_all  # and nothing else of the folder changed
 
 
