@@ -25,8 +25,6 @@ import json
 import logging
 import os
 import pkgutil
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +37,7 @@ from torch import nn
 
 from rescorer.core.io import read_tokens
 from rescorer.core.json_input import read_json
+from rescorer.core.output import atomic_dir, interrupted_swap
 
 logger = logging.getLogger(__name__)
 
@@ -112,17 +111,40 @@ def save_checkpoint(
     rest: plain ``*.txt`` names to text (a model's own vocabularies beside ``vocab.txt``), and
     ``tokenizer.model`` to the bytes of a subword model's tokenizer.
 
-    Everything is written to a temporary folder beside ``path`` and renamed into place, so a
-    crash never leaves a half-written checkpoint. An existing checkpoint at ``path`` is replaced;
-    any other existing file or non-empty folder there is an error.
+    The files are written into a temporary folder beside ``path`` that is swapped in whole
+    (:func:`rescorer.core.output.atomic_dir`), so a crash or ``kill -9`` leaves the previous
+    checkpoint or the new one, never a mix or none (the temporary folder a killed save leaves
+    is removed by the next save). An existing checkpoint at ``path`` is replaced; any other
+    existing file or non-empty folder there is an error.
     """
     path = Path(path)
-    model_type = _model_type(model)
-    config = model.config  # type: ignore[attr-defined]
-    tokens = _check_vocab(vocab_tokens, config.vocab_size)
     replaceable = path.is_dir() and ((path / CONFIG_FILE).is_file() or not any(path.iterdir()))
     if (path.exists() or path.is_symlink()) and not replaceable:
         raise ValueError(f"{path}: exists and is not a checkpoint folder; not overwriting it")
+    with atomic_dir(path) as folder:
+        model_type, tensors = write_checkpoint(
+            folder, model, vocab_tokens, training_meta, extra_files
+        )
+    logger.info("saved %s checkpoint to %s (%d tensors)", model_type, path, tensors)
+    return path
+
+
+def write_checkpoint(
+    folder: Path,
+    model: nn.Module,
+    vocab_tokens: Sequence[str],
+    training_meta: Mapping[str, Any] | None = None,
+    extra_files: Mapping[str, str | bytes] | None = None,
+) -> tuple[str, int]:
+    """The files of :func:`save_checkpoint`, written and synced into the empty ``folder``.
+
+    Not atomic by itself: for a caller that writes a checkpoint with files of its own as one
+    set inside :func:`rescorer.core.output.atomic_dir` (the LSTM trainer's ``last/`` with its
+    optimizer state). Returns the model type and the number of tensors.
+    """
+    model_type = _model_type(model)
+    config = model.config  # type: ignore[attr-defined]
+    tokens = _check_vocab(vocab_tokens, config.vocab_size)
     header = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -144,38 +166,26 @@ def save_checkpoint(
                 f"extra checkpoint file must be a plain new *.txt name with text, or "
                 f"{TOKENIZER_FILE} with bytes; got {name!r} with {type(content).__name__}"
             )
+    (folder / CONFIG_FILE).write_text(json.dumps(header, indent=2) + "\n", encoding="utf-8")
+    (folder / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    save_file(weights, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
+    if training_text is not None:
+        (folder / TRAINING_FILE).write_text(training_text + "\n", encoding="utf-8")
+    for name, content in extra.items():
+        if isinstance(content, bytes):
+            (folder / name).write_bytes(content)
+        else:
+            (folder / name).write_text(content, encoding="utf-8")
+    sync_files(folder)
+    return model_type, len(weights)
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    old: Path | None = None
-    try:
-        (tmp / CONFIG_FILE).write_text(json.dumps(header, indent=2) + "\n", encoding="utf-8")
-        (tmp / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": FORMAT})
-        if training_text is not None:
-            (tmp / TRAINING_FILE).write_text(training_text + "\n", encoding="utf-8")
-        for name, content in extra.items():
-            if isinstance(content, bytes):
-                (tmp / name).write_bytes(content)
-            else:
-                (tmp / name).write_text(content, encoding="utf-8")
-        for f in tmp.iterdir():
+
+def sync_files(folder: Path) -> None:
+    """Flush the files of ``folder`` to the disk (before the folder is swapped in)."""
+    for f in folder.iterdir():
+        if f.is_file():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-            os.replace(path, old / path.name)
-        os.replace(tmp, path)
-    except BaseException:
-        if old is not None and not path.exists():
-            os.replace(old / path.name, path)  # put the previous checkpoint back
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    logger.info("saved %s checkpoint to %s (%d tensors)", model_type, path, len(weights))
-    return path
 
 
 def _read_json(file: Path) -> Any:
@@ -211,7 +221,17 @@ def load_checkpoint(
     """Read a checkpoint folder -> (model in eval mode, vocabulary tokens, training metadata)."""
     path = Path(path)
     if not path.is_dir():
-        raise ValueError(f"{path}: not a checkpoint folder")
+        previous = interrupted_swap(path)
+        if previous is None:
+            raise ValueError(f"{path}: not a checkpoint folder")
+        # Only where the system has no atomic exchange: a save killed between its two renames.
+        logger.warning(
+            "%s is missing (a save was killed while replacing it): loading the previous "
+            "checkpoint from %s; the next save puts it back",
+            path,
+            previous.name,
+        )
+        path = previous
     config_file = path / CONFIG_FILE
     header = _read_json(config_file)
     if not isinstance(header, dict) or header.get("format") != FORMAT:

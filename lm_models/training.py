@@ -42,6 +42,7 @@ from lm_models.distributed import (
     current_world,
     shard,
 )
+from rescorer.core.errors import InputError
 from rescorer.core.json_input import read_json
 
 logger = logging.getLogger(__name__)
@@ -95,11 +96,12 @@ class SectionedConfig:
 
     @classmethod
     def load(cls: type[_Config], path: str | Path) -> _Config:
+        """The config in the JSON file ``path``; anything wrong with it is an InputError."""
         raw = read_json(path)
         try:
             return cls.from_json(raw)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
+            raise InputError(str(err), path) from None
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: asdict(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]

@@ -267,7 +267,11 @@ def check_factor_name(name: str) -> None:
     """ValueError unless ``name`` is a known factor type (see the module docstring)."""
     if name in PLAIN_FACTORS or name in ANNOTATION_FACTORS:
         return
-    if name.startswith(FEATURE_PREFIX) and len(name) > len(FEATURE_PREFIX):
+    if (
+        isinstance(name, str)
+        and name.startswith(FEATURE_PREFIX)
+        and len(name) > len(FEATURE_PREFIX)
+    ):
         return
     raise ValueError(
         f"unknown factor {name!r}: expected one of {list(PLAIN_FACTORS + ANNOTATION_FACTORS)} "

@@ -20,7 +20,6 @@ import json
 import logging
 import math
 import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -33,7 +32,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from lm_models.batching import Batch, Example, bucket_batches, collate
-from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint, save_checkpoint
+from lm_models.checkpoint import (
+    TOKENIZER_FILE,
+    load_checkpoint,
+    save_checkpoint,
+    sync_files,
+    write_checkpoint,
+)
 from lm_models.corpora import (
     Document,
     read_agnews,
@@ -60,6 +65,7 @@ from lm_models.training import (
 from lm_models.vocab import Vocabulary, build_vocabulary
 from lm_models.word_classes import frequency_classes, shortlist_classes
 from rescorer.core.device import resolve_device
+from rescorer.core.output import atomic_dir, clean_stale
 
 logger = logging.getLogger(__name__)
 
@@ -500,6 +506,8 @@ def train(
 
     out_dir = Path(out_dir)
     last, best = out_dir / "last", out_dir / "best"
+    for folder in (last, best):  # a save killed mid-swap (no atomic exchange): its set back
+        clean_stale(folder)
     resuming = resume and (last / "trainer.json").exists()
     # A resumed subword run keeps its tokenizer (the vocabulary's units must not change).
     kept_tokenizer = (
@@ -693,21 +701,13 @@ def _save_last(
     state: Mapping[str, Any],
     extra_files: Mapping[str, str | bytes],
 ) -> None:
-    """Model, optimizer and trainer state, written aside and swapped in whole."""
-    staging = last.parent / f".{last.name}.new"
-    if staging.exists():
-        shutil.rmtree(staging)
-    save_checkpoint(staging, model, vocab_tokens, meta, extra_files)
-    _save_optimizer(optimizer, staging)
-    (staging / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
-    old = last.parent / f".{last.name}.old"
-    if last.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        last.rename(old)
-    staging.rename(last)
-    if old.exists():
-        shutil.rmtree(old)
+    """Model, optimizer and trainer state, written aside and swapped in whole: a kill leaves
+    the previous ``last/`` or the new one (:func:`rescorer.core.output.atomic_dir`)."""
+    with atomic_dir(last) as folder:
+        write_checkpoint(folder, model, vocab_tokens, meta, extra_files)
+        _save_optimizer(optimizer, folder)
+        (folder / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
+        sync_files(folder)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,7 +12,8 @@
   (``0666 & ~umask``); a replaced file keeps its mode.
 * :func:`atomic_dir` writes a set of files into a temporary sibling folder and swaps it in with
   one atomic exchange (``renameat2(RENAME_EXCHANGE)``; where the system has none, two renames
-  that the next run completes), so a kill leaves the old set or the new set, never a mix.
+  that the next run completes, and :func:`interrupted_swap` tells a reader where the old set
+  is meanwhile), so a kill leaves the old set or the new set, never a mix.
   Entries of the old folder that the set does not own are carried into the new one.
 * Temporary names are ``.<name>.<pid>.<random>.rescorer-tmp``: removed on every exception
   (``KeyboardInterrupt`` too); after ``kill -9`` the next write of the same target removes
@@ -163,20 +164,38 @@ def temp_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"^\.{re.escape(name)}\.([0-9]+)\.[a-z0-9_]{{8}}{suffixes}$")
 
 
-def clean_stale(target: Path) -> None:
-    """Remove temporaries of ``target`` left by killed runs; restore a set lost mid-swap."""
+def _stale(target: Path) -> list[tuple[Path, str]]:
+    """``(entry, suffix)`` of the temporaries of ``target`` whose process is gone."""
     pattern = temp_pattern(target.name)
     try:
-        entries = list(target.parent.iterdir())
+        entries = sorted(target.parent.iterdir())
     except OSError:
-        return
-    for entry in entries:
-        m = pattern.match(entry.name)
-        if not m or _alive(int(m.group(1))):
-            continue
-        if m.group(2) == OLD_SUFFIX and not os.path.lexists(target):
+        return []
+    matches = ((entry, pattern.match(entry.name)) for entry in entries)
+    return [(entry, m.group(2)) for entry, m in matches if m and not _alive(int(m.group(1)))]
+
+
+def interrupted_swap(target: Path) -> Path | None:
+    """The previous set of a missing ``target`` that a run killed between the two renames of
+    :func:`atomic_dir`'s fallback swap left beside it (None: ``target`` exists, or no such set).
+
+    For readers: the next write of ``target`` (:func:`clean_stale`) renames it back.
+    """
+    if os.path.lexists(target):
+        return None
+    return next((entry for entry, suffix in _stale(target) if suffix == OLD_SUFFIX), None)
+
+
+def clean_stale(target: Path) -> None:
+    """Remove temporaries of ``target`` left by killed runs; restore a set lost mid-swap.
+
+    Safe to run from several processes at once (the ranks of a training run starting).
+    """
+    for entry, suffix in _stale(target):
+        if suffix == OLD_SUFFIX and not os.path.lexists(target):
             logger.warning("restoring %s from %s (a run was killed mid-swap)", target, entry.name)
-            os.rename(entry, target)
+            with contextlib.suppress(FileNotFoundError):  # another process restored it first
+                os.rename(entry, target)
             continue
         logger.info("removing %s, left by a killed run", entry)
         _remove(entry)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from lm_models import checkpoint as checkpoint_module
 from lm_models.checkpoint import MODEL_TYPES, load_checkpoint, save_checkpoint
 from lm_models.lstm.context import ContextVariable
 from lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.core.errors import OutputError
 
 VARS = (
     ContextVariable.categorical("genre", ["news", "chat"], [3, 1], embed_dim=2, one_hot_bias=True),
@@ -87,6 +90,18 @@ def test_overwrite_and_no_leftovers(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]  # no temporary folders left
 
 
+def test_folder_mode_is_the_umask_default_or_kept(tmp_path: Path) -> None:
+    mask = os.umask(0o022)
+    try:
+        path = save_checkpoint(tmp_path / "ckpt", make_model(), VOCAB)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o755  # not a temporary folder's 0700
+        os.chmod(path, 0o750)
+        save_checkpoint(path, make_model("concat"), VOCAB)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o750
+    finally:
+        os.umask(mask)
+
+
 def test_refuses_to_overwrite_other_things(tmp_path: Path) -> None:
     other = tmp_path / "notes"
     other.mkdir()
@@ -105,9 +120,10 @@ def test_failed_write_leaves_previous_checkpoint(
         raise OSError("disk full")
 
     monkeypatch.setattr(checkpoint_module, "save_file", broken)
-    with pytest.raises(OSError, match="disk full"):
+    # the output layer's error: one line naming the checkpoint (exit status 2 in the CLI)
+    with pytest.raises(OutputError, match=r"ckpt: cannot write: disk full"):
         save_checkpoint(path, make_model("factor"), VOCAB)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match=r"new: cannot write: disk full"):
         save_checkpoint(tmp_path / "new", make_model("factor"), VOCAB)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
     assert load_checkpoint(path)[0].config.mode == "concat"

@@ -75,6 +75,8 @@ def test_annotation_factors_unknown_for_plain_words() -> None:
     assert not needs_annotation("suffix2")
     with pytest.raises(ValueError, match="unknown factor 'pos'"):
         FactorSettings(("word", "pos"))
+    with pytest.raises(ValueError, match="unknown factor None"):  # null in a JSON config
+        FactorSettings(("word", None))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="distinct"):
         FactorSettings(("word", "word"))
 

@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 
 from lm_models.checkpoint import load_checkpoint
 from lm_models.lstm.train import TrainConfig, evaluate, examples_of, prepare_data, train
+from rescorer.core.errors import InputError
 
 COMMON = ["the", "a", "of", "and", "to", "is"]
 TOPIC = {
@@ -216,6 +217,10 @@ def test_bad_configs_name_the_problem(tmp_path: Path) -> None:
     bad = tmp_path / "c.json"
     bad.write_text("{")
     with pytest.raises(ValueError, match="c.json"):
+        TrainConfig.load(bad)
+    # a config file that is JSON but not a config: the input error (one line, exit status 2)
+    bad.write_text('{"data": {"corpus": "jsonl", "path": "x"}, "train": {"lr0": 1}}')
+    with pytest.raises(InputError, match=r"c\.json: unknown train option\(s\) \['lr0'\]"):
         TrainConfig.load(bad)
 
 
