@@ -282,36 +282,10 @@ def score_on_ray(
 # -- torchrun ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Rank:
-    """This process's place among torchrun's processes (from its environment)."""
-
-    rank: int = 0
-    size: int = 1
-    local_rank: int = 0
-
-    @classmethod
-    def from_env(cls) -> Rank:
-        def get(name: str, default: int) -> int:
-            value = os.environ.get(name, "")
-            try:
-                return int(value) if value else default
-            except ValueError:
-                raise ValueError(
-                    f"environment variable {name}: expected an integer, got {value!r}"
-                ) from None
-
-        rank = cls(get("RANK", 0), get("WORLD_SIZE", 1), get("LOCAL_RANK", 0))
-        if rank.size < 1 or not 0 <= rank.rank < rank.size:
-            raise ValueError(
-                f"expected 0 <= RANK < WORLD_SIZE, got RANK={rank.rank}, WORLD_SIZE={rank.size}"
-            )
-        return rank
-
-
 def under_torchrun() -> bool:
-    """Whether this process is one of several that torchrun started."""
-    return Rank.from_env().size > 1
+    """Whether this process is one of several that torchrun started (``WORLD_SIZE`` > 1; read
+    here without importing torch, which a KenLM-only ``score`` does not need)."""
+    return os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1")
 
 
 def score_under_torchrun(
@@ -330,7 +304,9 @@ def score_under_torchrun(
     import torch
     import torch.distributed as dist
 
-    me = Rank.from_env()
+    from lm_models.distributed import world_from_env
+
+    me = world_from_env()
     check_new_features(nbest, job)
     if job.device in (None, "auto") and torch.cuda.is_available():
         job = replace(job, device=f"cuda:{me.local_rank}")
