@@ -43,7 +43,7 @@ from lm_models.distributed import (
     shard,
 )
 from rescorer.core.errors import InputError
-from rescorer.core.json_input import read_json
+from rescorer.core.json_input import json_fields, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -53,13 +53,9 @@ POSTFIX_SECONDS = 0.5  # how often the progress bar's loss and tokens/s are upda
 
 
 def options_from_json(kind: type, values: Mapping[str, Any] | None, what: str) -> Any:
-    """The options dataclass ``kind`` from a JSON object; unknown keys are a ValueError."""
-    values = dict(values or {})
-    known = {f.name for f in fields(kind)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} option(s) {unknown}; expected some of {sorted(known)}")
-    return kind(**values)
+    """The options dataclass ``kind`` from a JSON object; unknown keys and values of the wrong
+    type are a ValueError naming the key (:func:`rescorer.core.json_input.json_fields`)."""
+    return kind(**json_fields(kind, values, what))
 
 
 _Config = TypeVar("_Config", bound="SectionedConfig")

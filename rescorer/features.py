@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +47,7 @@ def add_lm_scores(
     batch_size: int = 4096,
     progress: bool = False,
     oov_feature: bool = True,
+    on_progress: Callable[[int], None] | None = None,
 ) -> tuple[NBest, LMFeatureReport]:
     """Score every hypothesis with ``lm``; store the natural-log sentence probability as ``name``.
 
@@ -56,7 +57,8 @@ def add_lm_scores(
     tuning decide how much an unknown word should cost.
     ``contexts`` maps utterance ids to context records for context-aware models; every utterance
     of ``nbest`` must have one when it is given. ``progress`` draws a progress bar on stderr
-    (the CLI's choice; off for library calls).
+    (the CLI's choice; off for library calls); ``on_progress(n)`` is told of every ``n``
+    hypotheses scored instead (a caller's own bar over several calls).
     """
     name = name or lm.name
     oov_name = f"{name}{OOV_SUFFIX}"
@@ -78,10 +80,13 @@ def add_lm_scores(
             if ctx_list is not None:
                 assert contexts is not None
                 ctx_list.append(contexts[utt])
-    with tqdm(
-        total=len(sentences), desc=f"scoring with {name}", unit="hyp", disable=not progress
-    ) as bar:
-        scores = sentence_scores(lm, sentences, ctx_list, batch_size, bar.update)
+    if on_progress is not None:
+        scores = sentence_scores(lm, sentences, ctx_list, batch_size, on_progress)
+    else:
+        with tqdm(
+            total=len(sentences), desc=f"scoring with {name}", unit="hyp", disable=not progress
+        ) as bar:
+            scores = sentence_scores(lm, sentences, ctx_list, batch_size, bar.update)
     flags = lm.oov_flags(sentences)
     oov_counts = np.array([f.sum() for f in flags], dtype=np.float64)
     words = int(sum(len(f) for f in flags))
@@ -94,7 +99,7 @@ def add_lm_scores(
         oov_values[utt] = oov_counts[pos : pos + n].tolist()
         pos += n
     report = LMFeatureReport(name, len(sentences), words, int(oov_counts.sum()))
-    logger.info("%s", report.describe())
+    logger.debug("%s", report.describe())
     nbest = nbest.with_scores(name, values)
     if oov_feature:
         nbest = nbest.with_scores(oov_name, oov_values)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from rescorer.core.errors import InputError, describe_id_mismatch, shorten
 from rescorer.core.io import read_lines
@@ -193,15 +194,21 @@ def read_utt2spk(path: str | Path) -> dict[str, str]:
     return {utt: spk for utt, (_, spk) in read_keyed(path, parse).items()}
 
 
-def write_kaldi_text(path: str | Path, mapping: Mapping[str, Sequence[str]]) -> None:
-    """Write ``uttid w1 w2 ...`` lines (a bare ``uttid`` for an empty text), in mapping order."""
+def write_kaldi_lines(out: TextIO, mapping: Mapping[str, Sequence[str]]) -> None:
+    """Append ``uttid w1 w2 ...`` lines (a bare ``uttid`` for an empty text) to an open file,
+    in mapping order; every id and word is checked before the first line is written."""
     for utt, words in mapping.items():
         check_field(utt, "utterance id")
         for w in words:
             check_field(w, f"word of {utt!r}")
+    for utt, words in mapping.items():
+        out.write(" ".join((utt, *words)) + "\n")
+
+
+def write_kaldi_text(path: str | Path, mapping: Mapping[str, Sequence[str]]) -> None:
+    """Write ``uttid w1 w2 ...`` lines (a bare ``uttid`` for an empty text), in mapping order."""
     with atomic_write(path) as f:
-        for utt, words in mapping.items():
-            f.write(" ".join((utt, *words)) + "\n")
+        write_kaldi_lines(f, mapping)
 
 
 def write_trn(

@@ -71,6 +71,70 @@ def check_new_features(nbest: NBest, job: ScoringJob) -> None:
                 )
 
 
+class Scorer:
+    """The models of a job, loaded once, adding their features to set after set (a streamed
+    set's chunks, a Ray actor's shards); the reports add up over the sets scored.
+
+    Use as a context manager: on leaving, the progress bar closes and ``on_report(report, lm)``
+    is called once per model with its summed report (e.g. to print what it found).
+    """
+
+    def __init__(
+        self,
+        job: ScoringJob,
+        progress: bool = False,
+        total: int | None = None,
+        on_report: Callable[[LMFeatureReport, Any], None] | None = None,
+    ) -> None:
+        from rescorer.lms import load_lm
+
+        options = {} if job.device is None else {"device": job.device}
+        self.job = job
+        self.models = [load_lm(spec, case=job.case, **options) for spec in job.specs]
+        self.reports: list[list[LMFeatureReport]] = []
+        self._on_report = on_report
+        self._bar: Any = None
+        if progress:
+            from tqdm import tqdm
+
+            hyps = None if total is None else total * len(self.models)
+            names = ", ".join(spec.name for spec in job.specs)
+            self._bar = tqdm(total=hyps, desc=f"scoring with {names}", unit="hyp")
+
+    def score(self, nbest: NBest, contexts: Mapping[str, Context] | None = None) -> NBest:
+        """``nbest`` with each model's features added, in the job's order."""
+        check_new_features(nbest, self.job)
+        reports = []
+        for spec, lm in zip(self.job.specs, self.models, strict=True):
+            nbest, report = add_lm_scores(
+                nbest,
+                lm,
+                spec.name,
+                contexts=contexts,
+                oov_feature=self.job.oov_feature,
+                on_progress=None if self._bar is None else self._bar.update,
+            )
+            reports.append(report)
+        self.reports.append(reports)
+        return nbest
+
+    def summed_reports(self) -> list[LMFeatureReport]:
+        """One report per model over everything scored so far."""
+        return sum_reports(self.reports)
+
+    def __enter__(self) -> Scorer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if exc[0] is None:
+            for report, lm in zip(self.summed_reports(), self.models, strict=False):
+                logger.info("%s", report.describe())
+                if self._on_report is not None:
+                    self._on_report(report, lm)
+
+
 def score_values(
     nbest: NBest,
     job: ScoringJob,
@@ -82,29 +146,19 @@ def score_values(
 
     ``on_report(report, lm)`` is called after each model, e.g. to print what it found.
     """
-    from rescorer.lms import load_lm
+    with Scorer(job, progress, nbest.num_hyps(), on_report) as scorer:
+        scored = scorer.score(nbest, contexts)
+    return new_values(nbest, scored), scorer.summed_reports()
 
-    options = {} if job.device is None else {"device": job.device}
-    before = set(nbest.score_names())
-    values: Values = {}
-    reports = []
-    for spec in job.specs:
-        lm = load_lm(spec, case=job.case, **options)
-        nbest, report = add_lm_scores(
-            nbest,
-            lm,
-            spec.name,
-            contexts=contexts,
-            progress=progress,
-            oov_feature=job.oov_feature,
-        )
-        reports.append(report)
-        if on_report is not None:
-            on_report(report, lm)
-    for name in nbest.score_names():
-        if name not in before:
-            values[name] = {utt: [h.scores[name] for h in nb] for utt, nb in nbest.items()}
-    return values, reports
+
+def new_values(before: NBest, after: NBest) -> Values:
+    """The features of ``after`` that ``before`` lacks (same lists), by utterance."""
+    old = set(before.score_names())
+    return {
+        name: {utt: [h.scores[name] for h in nb] for utt, nb in after.items()}
+        for name in after.score_names()
+        if name not in old
+    }
 
 
 def apply_values(nbest: NBest, values: Values) -> NBest:
@@ -174,12 +228,15 @@ class _ScoringActor:
     """One Ray actor: scores the shards it is given with the job's models."""
 
     def __init__(self, job: ScoringJob) -> None:
-        self.job = job
+        self.scorer = Scorer(job)  # the models, loaded once per actor
 
     def score(
         self, payload: _Payload, contexts: dict[str, Context] | None
     ) -> tuple[Values, list[LMFeatureReport]]:
-        return score_values(_from_payload(payload), self.job, contexts)
+        nbest = _from_payload(payload)
+        self.scorer.reports.clear()
+        scored = self.scorer.score(nbest, contexts)
+        return new_values(nbest, scored), self.scorer.summed_reports()
 
 
 def _import_ray() -> Any:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,8 +163,13 @@ def take_shard(nbest: NBest, shard: Shard) -> tuple[NBest, tuple[int, ...]]:
     return nbest.subset(ids), tuple(i for i, _ in keep)
 
 
-def write_manifest(part: Path, shard: Shard, source: NBest, positions: Sequence[int]) -> Path:
-    """Write the manifest of the scored shard already written to ``part``; returns its path."""
+def write_manifest(
+    part: Path, shard: Shard, source: Collection[str], positions: Sequence[int]
+) -> Path:
+    """Write the manifest of the scored shard already written to ``part``; returns its path.
+
+    ``source``: the utterance ids of the whole set, in its order (an ``NBest`` will do).
+    """
     import json
 
     manifest = ShardManifest(

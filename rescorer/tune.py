@@ -391,6 +391,57 @@ def _risk_search(
     return weights().detach().numpy().copy()
 
 
+@dataclass
+class TuningSet:
+    """What tuning keeps of a dev set: per list with hypotheses, its ``(hyps, features + 1)``
+    feature matrix (the word count last) and each hypothesis's word errors; about
+    ``8 * (features + 2)`` bytes per hypothesis, whatever the hypotheses' text.
+
+    Built a chunk of lists at a time (:meth:`add`), so a set larger than memory can be tuned.
+    """
+
+    # The tuned features, in column order (the word count is the extra last column).
+    features: tuple[str, ...]
+    # Utterance ids of the lists with hypotheses, their matrices and error counts.
+    utts: list[str] = field(default_factory=list)
+    feats: list[np.ndarray] = field(default_factory=list)
+    errs: list[np.ndarray] = field(default_factory=list)
+    # Reference words of every utterance, and the errors of lists without hypotheses (their
+    # reference words, deleted whatever the weights).
+    ref_words: int = 0
+    fixed_errors: int = 0
+
+    def add(
+        self, nbest: NBest, refs: Mapping[str, Sequence[str]], noise: NoiseWords = NO_NOISE
+    ) -> None:
+        """Append the lists of ``nbest`` (``refs`` holds their references, maybe more).
+
+        ``noise`` words are deleted from references and hypotheses before errors are counted
+        (SRILM's ``-noise-vocab``); the features, the word count included, stay those of
+        ``nbest``.
+        """
+        check_features(nbest, self.features)
+        chunk_refs = noise.mapping({u: refs[u] for u in nbest})
+        errs_by_utt = hypothesis_errors(noise.nbest(nbest), chunk_refs)
+        for u, nb in nbest.items():
+            self.ref_words += len(chunk_refs[u])
+            if len(nb) == 0:
+                self.fixed_errors += len(chunk_refs[u])
+                continue
+            self.utts.append(u)
+            self.feats.append(feature_matrix(nb, self.features))
+            self.errs.append(np.asarray(errs_by_utt[u], dtype=np.int64))
+
+    @property
+    def hypotheses(self) -> int:
+        return sum(len(e) for e in self.errs)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays (not counting the Python objects around them)."""
+        return sum(f.nbytes + e.nbytes for f, e in zip(self.feats, self.errs, strict=True))
+
+
 def tune(
     nbest: NBest,
     refs: Mapping[str, Sequence[str]],
@@ -404,24 +455,35 @@ def tune(
     ``noise`` words are deleted from references and hypotheses before errors are counted
     (SRILM's ``-noise-vocab``); the features, the word count included, stay those of ``nbest``.
     """
-    t0 = time.perf_counter()
-    features = list(features)
+    data = TuningSet(_check_feature_list(features))
+    data.add(nbest, refs, noise)
+    return tune_set(data, options, initial)
+
+
+def _check_feature_list(features: Sequence[str]) -> tuple[str, ...]:
+    features = tuple(features)
     if not features:
         raise ValueError("need at least one feature to tune")
     if len(set(features)) != len(features):
-        raise ValueError(f"features listed twice: {features}")
-    check_features(nbest, features)
+        raise ValueError(f"features listed twice: {list(features)}")
+    return features
+
+
+def tune_set(
+    data: TuningSet, options: TuneOptions = TuneOptions(), initial: Weights | None = None
+) -> TuneResult:
+    """Weights over ``data.features`` (+ length) minimising its corpus word errors."""
+    t0 = time.perf_counter()
+    features = list(_check_feature_list(data.features))
     anchor = options.anchor or features[0]
     if anchor not in features:
         raise ValueError(f"anchor {anchor!r} is not one of the features {features}")
-    refs = noise.mapping(refs)
-    errs_by_utt = hypothesis_errors(noise.nbest(nbest), refs)
-    utts = [u for u in nbest if len(nbest[u]) > 0]
-    feats = [feature_matrix(nbest[u], features) for u in utts]
-    errs = [np.asarray(errs_by_utt[u], dtype=np.int64) for u in utts]
-    ref_words = int(sum(len(refs[u]) for u in nbest))
-    # Utterances without hypotheses add their reference words as deletions whatever the weights.
-    fixed_errors = sum(len(refs[u]) for u in nbest if len(nbest[u]) == 0)
+    utts, feats, errs = data.utts, data.feats, data.errs
+    ref_words, fixed_errors = data.ref_words, data.fixed_errors
+    logger.info(
+        "tuning on %d lists, %d hypotheses: %d bytes of features and errors per hypothesis",
+        len(utts), data.hypotheses, data.nbytes // max(data.hypotheses, 1),
+    )  # fmt: skip
 
     _check_finite(feats, features, utts)
     dim = len(features) + 1

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,21 +51,13 @@ from torch import Tensor, nn
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
 from lm_models.output import FullSoftmax
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
+from rescorer.core.json_input import json_fields
 
 logger = logging.getLogger(__name__)
 
 SENTENCE_KINDS = ("transformer", "lstm")
 DECODER_KINDS = ("transformer", "concat")
 PAD_ID = EOS_ID  # padding id of input batches (padding is masked or comes after the real tokens)
-
-
-def _check_options(cls: type, data: Mapping[str, Any], what: str) -> None:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{what}: expected a JSON object, got {type(data).__name__}")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"unknown {what} key(s) {unknown}; expected {sorted(known)}")
 
 
 @dataclass(frozen=True)
@@ -109,8 +101,7 @@ class SentenceLMConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SentenceLMConfig:
-        _check_options(cls, data, "sentence LM config")
-        return cls(**data)
+        return cls(**json_fields(cls, data, "sentence LM config"))
 
 
 @dataclass(frozen=True)
@@ -180,8 +171,7 @@ class CUEConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CUEConfig:
-        _check_options(cls, data, "CUE config")
-        return cls(**data)
+        return cls(**json_fields(cls, data, "CUE config"))
 
 
 # -- building blocks ------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ from lm_models.output import ClassFactoredSoftmax, FullSoftmax
 from lm_models.vocab import BOS_ID, EOS, EOS_ID, UNK_ID, Vocabulary
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.core.json_input import json_fields
 
 logger = logging.getLogger(__name__)
 
@@ -156,13 +157,7 @@ class FNLMConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FNLMConfig:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown FNLM config key(s) {unknown}; expected {sorted(known)}")
-        return cls(**data)
+        return cls(**json_fields(cls, data, "FNLM config"))
 
 
 class FNLM(nn.Module):

@@ -51,7 +51,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from torch import Tensor, nn
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
 from lm_models.output import FullSoftmax
 from lm_models.vocab import BOS_ID, UNK_ID, Vocabulary
+from rescorer.core.json_input import json_fields
 
 logger = logging.getLogger(__name__)
 
@@ -196,13 +197,7 @@ class LBLConfig:
 
     @classmethod
     def from_json(cls, data: Any) -> LBLConfig:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown LBL config key(s) {unknown}")
-        values = dict(data)
+        values = json_fields(cls, data, "LBL config")
         attrs = []
         for a in values.get("attributes", ()):
             if not isinstance(a, Mapping) or set(a) != {"name", "values", "dim"}:

@@ -44,6 +44,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from rescorer.core.json_input import json_fields
+
 logger = logging.getLogger(__name__)
 
 KINDS = ("categorical", "numerical")
@@ -186,18 +188,7 @@ class ContextVariable:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ContextVariable:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a context variable must be a JSON object, got {type(data).__name__}")
-        allowed = {"name", "kind", "values", "counts", "embed_dim", "dim", "mean", "one_hot_bias"}
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise ValueError(
-                f"context variable: unknown fields {unknown}; expected {sorted(allowed)}"
-            )
-        for key in ("name", "kind"):
-            if key not in data:
-                raise ValueError(f"context variable: missing field {key!r}")
-        return cls(**dict(data))
+        return cls(**json_fields(cls, data, "context variable"))
 
 
 @lru_cache(maxsize=1024)

@@ -60,6 +60,7 @@ from lm_models.output import (
     uses_blocks,
 )
 from lm_models.vocab import BOS_ID
+from rescorer.core.json_input import json_fields
 
 logger = logging.getLogger(__name__)
 
@@ -164,15 +165,7 @@ class LSTMConfig:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LSTMConfig:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"LSTMConfig: expected a JSON object, got {type(data).__name__}")
-        allowed = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise ValueError(f"LSTMConfig: unknown fields {unknown}; expected {sorted(allowed)}")
-        if "vocab_size" not in data:
-            raise ValueError("LSTMConfig: missing field 'vocab_size'")
-        kwargs = dict(data)
+        kwargs = json_fields(cls, data, "LSTM config")
         kwargs["context_vars"] = tuple(
             ContextVariable.from_json(v) for v in kwargs.get("context_vars", ())
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,21 +15,25 @@ from rescorer.cli.options import (
     OUT_FILE,
     echo_report,
     handle_errors,
-    load_nbest,
     load_noise_words,
     load_refs,
     load_speakers,
     noise_words_option,
     normalize_option,
     normalized_label,
+    open_source,
     ref_options,
     resolve_refs,
 )
-from rescorer.core.errors import check_same_ids
+from rescorer.core.errors import InputError, check_same_ids
 from rescorer.core.output import atomic_write
-from rescorer.normalize import Normalizer
+from rescorer.normalize import NoiseWords, Normalizer
 from rescorer.refs import read_references
-from rescorer.wer import oracle, score_corpus
+from rescorer.wer import score_corpus
+
+if TYPE_CHECKING:
+    from rescorer.formats.source import NBestSource
+    from rescorer.wer import WerReport
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +44,40 @@ logger = logging.getLogger(__name__)
 def read_hyp_text(path: Path, fmt: str) -> dict[str, tuple[str, ...]]:
     """A hypothesis text (``--hyp``, ``--compare``): Kaldi ``uttid words`` or sclite trn."""
     return read_references(path, None if fmt == "auto" else fmt)
+
+
+def first_and_oracle(
+    source: NBestSource,
+    refs: dict[str, tuple[str, ...]],
+    normalizer: Normalizer,
+    noise: NoiseWords,
+    with_oracle: bool,
+) -> tuple[dict[str, tuple[str, ...]], tuple[WerReport, int] | None]:
+    """The first hypothesis of every list and, ``with_oracle``, the oracle report and the
+    longest list's size; the lists are read a chunk at a time (flat memory for JSONL)."""
+    from rescorer.combine import one_best  # numpy: only for N-best input
+    from rescorer.wer import WerReport, oracle
+
+    if with_oracle:
+        empty = [u for u, n in zip(source.ids, source.sizes, strict=True) if n == 0]
+        if empty:
+            raise InputError(
+                f"{len(empty)} N-best list(s) without hypotheses: {', '.join(empty[:5])}",
+                source.path,
+            )
+    hyps: dict[str, tuple[str, ...]] = {}
+    best = {}
+    for chunk in source.chunks():
+        chunk = noise.nbest(normalizer.nbest(chunk))
+        hyps.update(one_best(chunk))
+        if with_oracle:
+            part = oracle(chunk, {u: refs[u] for u in chunk})
+            best.update((u.utt_id, u) for u in part.report.utterances)
+    hyps = {u: hyps[u] for u in refs}  # reports list utterances in the references' order
+    if not with_oracle:
+        return hyps, None
+    report = WerReport.from_utterances([best[u] for u in refs])
+    return hyps, (report, source.max_size())
 
 
 def write_alignments(
@@ -146,28 +185,30 @@ def wer(
         raise click.UsageError("--oracle is computed on words; drop --cer")
     unit = "char" if cer else "word"
     noise = load_noise_words(noise_path)
-    nbest = None
+    oracle_report = None
     if hyp_path is not None:
         hyps = noise.mapping(normalizer.mapping(read_hyp_text(hyp_path, hyp_format)))
         refs = load_refs(ref_path, ref_format, list(hyps), hyp_path, allow_extra_refs)
+        refs = noise.mapping(normalizer.mapping(refs))
+        speakers = load_speakers(utt2spk, list(hyps), hyp_path)
         label = str(hyp_path)
     else:
         assert nbest_path is not None
-        from rescorer.combine import one_best  # numpy: only for N-best input
-
-        raw = load_nbest(nbest_path, fmt)
-        refs = resolve_refs(ref_path, ref_format, raw, nbest_path, allow_extra=allow_extra_refs)
-        nbest = noise.nbest(normalizer.nbest(raw))
-        hyps = one_best(nbest)
+        source = open_source(nbest_path, fmt)
+        raw = resolve_refs(ref_path, ref_format, source, nbest_path, allow_extra=allow_extra_refs)
+        assert raw is not None  # required
+        refs = noise.mapping(normalizer.mapping(raw))
+        speakers = load_speakers(utt2spk, list(source), nbest_path)
+        hyps, oracle_report = first_and_oracle(source, refs, normalizer, noise, with_oracle)
         label = f"{nbest_path} (first hypotheses)"
-    source = hyp_path or nbest_path
-    refs = noise.mapping(normalizer.mapping(refs))
+    source_path = hyp_path or nbest_path
     tag = normalized_label(normalizer, noise)
-    speakers = load_speakers(utt2spk, list(hyps), source)
     other = None
     if compare_path is not None:  # read before anything is written
         other = noise.mapping(normalizer.mapping(read_hyp_text(compare_path, hyp_format)))
-        check_same_ids(set(hyps), set(other), "compared hypothesis", compare_path, against=source)
+        check_same_ids(
+            set(hyps), set(other), "compared hypothesis", compare_path, against=source_path
+        )
     report = score_corpus(refs, hyps, speakers, unit=unit)
     if summary:
         click.echo(report.summary())
@@ -184,10 +225,8 @@ def wer(
         if not noise.is_empty:
             header.append(f"noise words: {noise.source}")
         write_alignments(align_path, refs, hyps, unit, header)
-    if with_oracle:
-        assert nbest is not None
-        orc = oracle(nbest, refs)
-        echo_report(f"oracle over {max(len(nb) for nb in nbest.values())}-best{tag}", orc.report)
+    if oracle_report is not None:
+        echo_report(f"oracle over {oracle_report[1]}-best{tag}", oracle_report[0])
     if other is not None:
         assert compare_path is not None
         report_b = score_corpus(refs, other, speakers, unit=unit)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,6 +47,7 @@ from rescorer.text import CASE_MODES
 
 if TYPE_CHECKING:  # what only some commands use is imported there (start-up time of `wer`)
     from rescorer.features import LMFeatureReport
+    from rescorer.formats.source import NBestSource
     from rescorer.nbest import NBest
     from rescorer.wer import WerReport
 
@@ -529,6 +530,35 @@ def load_nbest(path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = ()) -> N
     return add_score_dirs(nbest, extra_scores) if extra_scores else nbest
 
 
+def open_source(path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = ()) -> NBestSource:
+    """The N-best set of ``--nbest`` to be read in chunks (:mod:`rescorer.formats.source`): a
+    JSONL file lazily, anything else (or a set with ``--extra-scores`` folders) whole."""
+    from rescorer.formats.source import NBestSource, open_nbest
+
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    if extra_scores:
+        return NBestSource.of(load_nbest(path, fmt, extra_scores), path, fmt)
+    source = open_nbest(path, fmt)
+    if len(source) == 0:
+        raise InputError("no N-best lists in it", path)
+    logger.info(
+        "%s: %d lists, %d hypotheses (%s, %s)",
+        path,
+        len(source),
+        source.num_hyps(),
+        fmt,
+        "read in chunks" if source.streamed else "read whole",
+    )
+    return source
+
+
+def chunk_refs(
+    refs: Mapping[str, tuple[str, ...]] | None, nbest: NBest
+) -> dict[str, tuple[str, ...]] | None:
+    """The references of the lists of ``nbest`` (a chunk of a set), None when there are none."""
+    return None if refs is None else {u: refs[u] for u in nbest}
+
+
 def load_refs(
     path: Path | None,
     fmt: str,
@@ -550,7 +580,7 @@ def load_refs(
 def resolve_refs(
     path: Path | None,
     fmt: str,
-    nbest: NBest,
+    nbest: NBest | NBestSource,
     nbest_path: Path,
     required: bool = True,
     allow_extra: bool = False,
@@ -592,23 +622,6 @@ def echo_lm_report(report: LMFeatureReport, lm: object) -> None:
     stats = getattr(lm, "stats", None)  # prefix sharing of torch models
     if stats is not None and hasattr(stats, "describe"):
         click.echo(f"{report.name}: {stats.describe()}", err=True)
-
-
-def score_with_lms(
-    nbest: NBest,
-    specs: Sequence[LMSpec],
-    case: str,
-    oov_feature: bool,
-    contexts: dict[str, dict[str, str]] | None = None,
-    device: str | None = None,
-) -> tuple[NBest, list[LMFeatureReport]]:
-    """``nbest`` scored with the models in this process (see :mod:`rescorer.scale_out`)."""
-    from rescorer.scale_out import ScoringJob, score_here
-
-    if not specs:
-        return nbest, []
-    job = ScoringJob(tuple(specs), case, oov_feature, device)
-    return score_here(nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report)
 
 
 def echo_report(label: str, report: WerReport) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -14,13 +15,13 @@ from rescorer.cli.options import (
     NumberList,
     allow_extra_refs_option,
     check_feature_names,
+    chunk_refs,
     context_options,
     echo_lm_report,
     extra_scores_option,
     handle_errors,
     lm_options,
     load_contexts,
-    load_nbest,
     load_noise_words,
     load_refs,
     load_speakers,
@@ -28,24 +29,26 @@ from rescorer.cli.options import (
     noise_words_option,
     normalize_option,
     normalized_label,
+    open_source,
     out_option,
     quiet,
     ref_options,
     resolve_refs,
-    score_with_lms,
 )
 from rescorer.combine import Weights, one_best, rerank
 from rescorer.core.output import atomic_dir, atomic_write, check_output_dir, check_output_file
 from rescorer.formats import FILE_FORMATS, WRITERS, write_nbest
+from rescorer.formats.json_formats import write_jsonl_lines
 from rescorer.formats.srilm import ScoreDir
 from rescorer.lms.contract import LMSpec
 from rescorer.mbr import OBJECTIVES
 from rescorer.nbest import NBest
 from rescorer.normalize import Normalizer
-from rescorer.refs import write_kaldi_text
+from rescorer.refs import write_kaldi_lines
+from rescorer.scale_out import Scorer, ScoringJob
 from rescorer.shards import Shard
 from rescorer.significance import compare
-from rescorer.tune import METHODS, SELECTIONS, TuneOptions, tune
+from rescorer.tune import METHODS, SELECTIONS, TuneOptions, TuningSet, tune_set
 from rescorer.wer import score_corpus
 
 logger = logging.getLogger(__name__)
@@ -167,21 +170,36 @@ def tune_cmd(
         raise click.UsageError("--posterior-scales goes with --objective posterior")
     check_feature_names(extra_scores, lm_specs, lm_oov)
     noise = load_noise_words(noise_path)
-    nbest = load_nbest(nbest_path, fmt, extra_scores)
-    refs = resolve_refs(ref_path, ref_format, nbest, nbest_path, allow_extra=allow_extra_refs)
+    source = open_source(nbest_path, fmt, extra_scores)
+    refs = resolve_refs(ref_path, ref_format, source, nbest_path, allow_extra=allow_extra_refs)
     assert refs is not None  # required
     refs = normalizer.mapping(refs)
-    nbest = normalizer.nbest(nbest)
-    contexts = load_contexts(context_path, list(nbest), nbest_path)
-    nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
-    names = features or nbest.score_names()
+    contexts = load_contexts(context_path, list(source), nbest_path)
     initial = Weights.load(init_path) if init_path else None
     if initial is not None and not length and initial.length != 0:
         raise click.UsageError("--no-length with initial weights that have a length weight")
-    result = tune(
-        nbest,
-        refs,
-        names,
+    # Tuning keeps a feature matrix per list, not the lists (TuningSet); the posterior scale's
+    # search needs the lists themselves, so with --objective posterior they are kept too.
+    kept: list[NBest] = []
+    data: TuningSet | None = None
+    job = ScoringJob(tuple(lm_specs), lm_case, lm_oov, device) if lm_specs else None
+    with (
+        Scorer(job, not quiet(), source.num_hyps(), echo_lm_report)
+        if job is not None
+        else contextlib.nullcontext() as scorer
+    ):
+        for chunk in source.chunks():
+            chunk = normalizer.nbest(chunk)
+            if scorer is not None:
+                chunk = scorer.score(chunk, contexts)
+            if data is None:
+                data = TuningSet(tuple(features or chunk.score_names()))
+            data.add(chunk, refs, noise)
+            if objective == "posterior":
+                kept.append(chunk)
+    assert data is not None  # a source has at least one list
+    result = tune_set(
+        data,
         TuneOptions(
             restarts=restarts,
             seed=seed,
@@ -192,8 +210,8 @@ def tune_cmd(
             method=method,
         ),
         initial=initial,
-        noise=noise,
     )
+    del data
     meta = {
         **result.weights.meta,
         "nbest": str(nbest_path),
@@ -209,6 +227,7 @@ def tune_cmd(
     if objective == "posterior":
         from rescorer.mbr import search_scale
 
+        nbest = NBest([nb for chunk in kept for nb in chunk.values()])
         search = search_scale(nbest, refs, result.weights, posterior_scales, noise)
         meta["objective"] = "posterior"
         meta["posterior"] = {
@@ -351,9 +370,9 @@ def rescore(
         )
     check_feature_names(extra_scores, lm_specs, lm_oov)
     noise = load_noise_words(noise_path)
-    nbest = load_nbest(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores)
     refs = resolve_refs(
-        ref_path, ref_format, nbest, nbest_path, required=False, allow_extra=allow_extra_refs
+        ref_path, ref_format, source, nbest_path, required=False, allow_extra=allow_extra_refs
     )
     refs = None if refs is None else normalizer.mapping(refs)
     if refs is None and not noise.is_empty and scale is None:
@@ -361,47 +380,58 @@ def rescore(
             "--noise-words is only used with --ref (or embedded references) or --objective "
             "posterior"
         )
-    nbest = normalizer.nbest(nbest)
     # Read before anything is written, so a bad speaker map leaves earlier outputs in place.
     if utt2spk is not None and refs is None:
         raise click.UsageError(
             "--utt2spk is only used with --ref (or references in the N-best file)"
         )
-    speakers = load_speakers(utt2spk, list(nbest), nbest_path) if refs is not None else None
-    contexts = load_contexts(context_path, list(nbest), nbest_path)
-    nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
-    missing = [n for n in weights.names if n not in nbest.score_names()]
-    if missing:
-        raise click.UsageError(
-            f"weights name feature(s) {missing} that neither the N-best lists, the --lm "
-            f"models nor --extra-scores provide (have: {list(nbest.score_names())})"
-        )
-    reranked = rerank(nbest, weights)
-    label = "rescored"
-    if scale is not None:
-        from rescorer.mbr import rerank_posterior
-
-        top = one_best(reranked)
-        reranked = rerank_posterior(nbest, weights, scale, noise)
-        label = f"rescored (posterior, scale {scale:.6g})"
-    best = one_best(reranked)  # the reranked lists' first hypotheses
-    lines: list[str] = []
-    if refs is not None:
-        scored = noise.mapping(refs)
-        base = score_corpus(scored, noise.mapping(one_best(nbest)), speakers)
-        new = score_corpus(scored, noise.mapping(best), speakers)
-        tag = normalized_label(normalizer, noise)
-        lines = [f"{base.kaldi_line()} first pass{tag}"]
-        if scale is not None:
-            top_report = score_corpus(scored, noise.mapping(top), speakers)
-            lines.append(f"{top_report.kaldi_line()} rescored (top score){tag}")
-        lines += [f"{new.kaldi_line()} {label}{tag}", compare(base, new).summary()]
+    speakers = load_speakers(utt2spk, list(source), nbest_path) if refs is not None else None
+    contexts = load_contexts(context_path, list(source), nbest_path)
+    firsts: dict[str, tuple[str, ...]] = {}  # first-pass, rescored and top-score 1-best
+    best: dict[str, tuple[str, ...]] = {}
+    top: dict[str, tuple[str, ...]] = {}
     # One set: a killed run leaves the previous files; without --ref an earlier wer.txt, which
     # would no longer describe the output, is not part of the new set.
-    with atomic_dir(out_dir, owned=RESCORE_FILES.__contains__) as tmp:
-        write_nbest(NBest(list(reranked.values()), refs), tmp / "nbest.jsonl", "jsonl")
-        write_kaldi_text(tmp / "1best.txt", best)
+    with (
+        atomic_dir(out_dir, owned=RESCORE_FILES.__contains__) as tmp,
+        Scorer(ScoringJob(lm_specs, lm_case, lm_oov, device), not quiet(), source.num_hyps(),
+               echo_lm_report) if lm_specs else contextlib.nullcontext() as scorer,
+        atomic_write(tmp / "nbest.jsonl") as lists_out,
+        atomic_write(tmp / "1best.txt") as text_out,
+    ):  # fmt: skip
+        for chunk in source.chunks():  # a chunk at a time: flat memory for a JSONL set
+            chunk = normalizer.nbest(chunk)
+            if scorer is not None:
+                chunk = scorer.score(chunk, contexts)
+            missing = [n for n in weights.names if n not in chunk.score_names()]
+            if missing:
+                raise click.UsageError(
+                    f"weights name feature(s) {missing} that neither the N-best lists, the --lm "
+                    f"models nor --extra-scores provide (have: {list(chunk.score_names())})"
+                )
+            reranked = rerank(chunk, weights)
+            firsts.update(one_best(chunk))
+            if scale is not None:
+                from rescorer.mbr import rerank_posterior
+
+                top.update(one_best(reranked))
+                reranked = rerank_posterior(chunk, weights, scale, noise)
+            chosen = one_best(reranked)  # the reranked lists' first hypotheses
+            best.update(chosen)
+            write_jsonl_lines(NBest(list(reranked.values()), chunk_refs(refs, chunk)), lists_out)
+            write_kaldi_lines(text_out, chosen)
+        lines = []
         if refs is not None:
+            scored = noise.mapping(refs)
+            base = score_corpus(scored, noise.mapping(firsts), speakers)
+            new = score_corpus(scored, noise.mapping(best), speakers)
+            tag = normalized_label(normalizer, noise)
+            lines = [f"{base.kaldi_line()} first pass{tag}"]
+            if scale is not None:
+                top_report = score_corpus(scored, noise.mapping(top), speakers)
+                lines.append(f"{top_report.kaldi_line()} rescored (top score){tag}")
+            label = "rescored" if scale is None else f"rescored (posterior, scale {scale:.6g})"
+            lines += [f"{new.kaldi_line()} {label}{tag}", compare(base, new).summary()]
             with atomic_write(tmp / "wer.txt") as f:
                 f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
     click.echo(f"wrote {out_dir / 'nbest.jsonl'} and {out_dir / '1best.txt'}")
@@ -499,7 +529,6 @@ def score(
       rescorer score --nbest DEV --lm lstm=torch:exp/lstm/best --ray --out dev.scored.jsonl
     """
     from rescorer.scale_out import (
-        ScoringJob,
         score_on_ray,
         score_under_torchrun,
         under_torchrun,
@@ -515,46 +544,64 @@ def score(
     if shards is not None and ray_address is None:
         raise click.UsageError("--shards goes with --ray (--shard K/N scores one shard)")
     check_feature_names(extra_scores, lm_specs, lm_oov)
-    nbest = load_nbest(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores)
     refs = (
-        load_refs(ref_path, ref_format, list(nbest), nbest_path, allow_extra_refs)
+        load_refs(ref_path, ref_format, list(source), nbest_path, allow_extra_refs)
         if ref_path
-        else nbest.references
+        else source.references
     )
     refs = None if refs is None else normalizer.mapping(refs)
-    nbest = normalizer.nbest(nbest)
-    contexts = load_contexts(context_path, list(nbest), nbest_path)
-    source = NBest(list(nbest.values()), refs)
-    if shard is not None:
-        from rescorer.shards import take_shard, write_manifest
-
-        nbest, positions = take_shard(source, shard)
-        refs = nbest.references
-        logger.info("shard %s: %d of %d lists", shard, len(nbest), len(source))
-    if ray_address is not None:
-        job = ScoringJob(lm_specs, lm_case, lm_oov, device)
-        address = None if ray_address == "local" else ray_address
-        nbest, reports = score_on_ray(nbest, job, contexts, shards, address, progress=not quiet())
-        for report in reports:
-            click.echo(report.describe(), err=True)
-    elif torchrun:
-        job = ScoringJob(lm_specs, lm_case, lm_oov, device)
-        scored, _ = score_under_torchrun(
-            nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report
+    contexts = load_contexts(context_path, list(source), nbest_path)
+    job = ScoringJob(lm_specs, lm_case, lm_oov, device)
+    names: tuple[str, ...] = ()
+    if ray_address is not None or torchrun:  # the whole set, cut into shards there
+        nbest = normalizer.nbest(source.load())
+        if ray_address is not None:
+            address = None if ray_address == "local" else ray_address
+            nbest, reports = score_on_ray(
+                nbest, job, contexts, shards, address, progress=not quiet()
+            )
+            for report in reports:
+                click.echo(report.describe(), err=True)
+        else:
+            scored, _ = score_under_torchrun(
+                nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report
+            )
+            if scored is None:  # not rank 0: rank 0 writes
+                return
+            nbest = scored
+        write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
+        lists, names = len(nbest), nbest.score_names()
+    else:  # in this process, a chunk at a time: flat memory for a JSONL set
+        lists = 0
+        total = (
+            source.num_hyps()
+            if shard is None
+            else sum(n for u, n in zip(source.ids, source.sizes, strict=True) if shard.holds(u))
         )
-        if scored is None:  # not rank 0: rank 0 writes
-            return
-        nbest = scored
-    elif len(nbest):
-        nbest, _ = score_with_lms(nbest, lm_specs, lm_case, lm_oov, contexts, device)
-    write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
-    what = f"{len(nbest)} lists"
+        with (
+            Scorer(job, not quiet(), total, echo_lm_report) as scorer,
+            atomic_write(out_path) as out,
+        ):
+            for chunk in source.chunks():
+                if shard is not None:
+                    chunk = chunk.subset([u for u in chunk if shard.holds(u)])
+                    if not len(chunk):
+                        continue
+                scored = scorer.score(normalizer.nbest(chunk), contexts)
+                write_jsonl_lines(NBest(list(scored.values()), chunk_refs(refs, scored)), out)
+                lists += len(scored)
+                names = scored.score_names()
+    what = f"{lists} lists"
     if shard is not None:
+        from rescorer.shards import write_manifest
+
+        positions = [i for i, u in enumerate(source.ids) if shard.holds(u)]
         manifest = write_manifest(out_path, shard, source, positions)
-        what = f"shard {shard} ({len(nbest)} of {len(source)} lists, manifest {manifest.name})"
+        what = f"shard {shard} ({lists} of {len(source)} lists, manifest {manifest.name})"
+        logger.info("shard %s: %d of %d lists", shard, lists, len(source))
     click.echo(
-        f"wrote {what} with features {list(nbest.score_names())} to {out_path}"
-        + normalized_label(normalizer)
+        f"wrote {what} with features {list(names)} to {out_path}" + normalized_label(normalizer)
     )
 
 
@@ -619,11 +666,16 @@ def convert(
       rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
     """
     (check_output_file if to_fmt in FILE_FORMATS else check_output_dir)(out_path)
-    nbest = load_nbest(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores)
+    refs = source.references
     if ref_path is not None:
         if to_fmt not in ("json", "jsonl", "hyporadise"):
             raise click.UsageError(f"--ref: the {to_fmt} format has no place for references")
-        refs = load_refs(ref_path, "auto", list(nbest), nbest_path, allow_extra_refs)
-        nbest = NBest(list(nbest.values()), refs)
-    write_nbest(nbest, out_path, to_fmt)
-    click.echo(f"wrote {len(nbest)} lists to {out_path} ({to_fmt})")
+        refs = load_refs(ref_path, "auto", list(source), nbest_path, allow_extra_refs)
+    if to_fmt == "jsonl":  # written as read, a chunk at a time: flat memory from JSONL
+        with atomic_write(out_path) as out:
+            for chunk in source.chunks():
+                write_jsonl_lines(NBest(list(chunk.values()), chunk_refs(refs, chunk)), out)
+    else:
+        write_nbest(NBest(list(source.load().values()), refs), out_path, to_fmt)
+    click.echo(f"wrote {len(source)} lists to {out_path} ({to_fmt})")

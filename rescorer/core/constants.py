@@ -22,3 +22,8 @@ LENGTH_FEATURE = "length"
 TOTAL_SCORE = "total"
 # Suffix of the OOV-count feature added beside an LM's score ("4gram" -> "4gram_oov").
 OOV_SUFFIX = "_oov"
+
+# Hypotheses per chunk when commands stream an N-best set (rescorer.formats.source): whole
+# lists are read, scored and written a chunk at a time, so a command's memory is that of a chunk
+# (a few tens of MB) whatever the size of the set; large enough for full model batches.
+CHUNK_HYPOTHESES = 20_000

@@ -9,15 +9,21 @@ digits than Python converts, and nesting deeper than :data:`MAX_DEPTH`. The help
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
+import dataclasses
 import json
 import math
-from collections.abc import Iterator, Sequence
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rescorer.core.errors import InputError, shorten
 from rescorer.core.io import read_text
+
+_T = TypeVar("_T")
 
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects accepted (the toolkit's own files use 4 or fewer)."""
@@ -169,3 +175,145 @@ def json_object(value: object, path: str | Path | None, line: int | None, what: 
     if not isinstance(value, dict):
         raise InputError(f"{what}: expected an object, got {type_name(value)}", path, line)
     return value
+
+
+# -- typed options from JSON objects ----------------------------------------------------------
+
+
+def _expected(hint: Any) -> str:
+    """A type hint in words (``an integer``, ``a list of integers``, ``null or a string``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return "any value"
+    if hint is type(None):
+        return "null"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_expected(a) for a in args)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    simple = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    if hint in simple:
+        return simple[hint]
+    if origin in (list, tuple, Sequence, collections.abc.Sequence) or hint in (list, tuple):
+        return "an array"
+    if origin in (dict, Mapping, collections.abc.Mapping) or hint in (dict,):
+        return "an object"
+    if dataclasses.is_dataclass(hint):
+        return f"an object ({hint.__name__})"
+    return getattr(hint, "__name__", str(hint))
+
+
+def check_json_value(value: Any, hint: Any, what: str) -> None:
+    """ValueError ``what: expected ..., got ...`` when a parsed JSON value does not have the
+    type ``hint`` (an annotation: bool, int, float, str, X | None, Literal, tuple/list/Sequence
+    of X, dict/Mapping of X, a dataclass given as an object; others are not checked).
+
+    Integers are not booleans; a float is finite (an integer is a float); arrays may stand for
+    tuples (the options' ``__post_init__`` converts them).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or isinstance(hint, (str, typing.TypeVar)):
+        return
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in args if a is not type(None)]
+        if value is None and len(arms) < len(args):
+            return
+        if len(arms) == 1:  # X | None with a value: X's own message
+            check_json_value(value, arms[0], what)
+            return
+        for arm in arms:
+            try:
+                check_json_value(value, arm, what)
+                return
+            except ValueError:
+                continue
+        raise ValueError(f"{what}: expected {_expected(hint)}, got {_shown(value)}")
+    if hint is type(None):
+        ok = value is None
+    elif origin is typing.Literal:
+        ok = value in args
+    elif hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            raise ValueError(f"{what}: expected a finite number, got {value!r}")
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin in (list, tuple, collections.abc.Sequence) or hint in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            ok = False
+        else:
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                if len(value) != len(args):
+                    raise ValueError(
+                        f"{what}: expected an array of {len(args)} values, got {len(value)}"
+                    )
+                for i, (item, arm) in enumerate(zip(value, args, strict=True)):
+                    check_json_value(item, arm, f"{what}[{i}]")
+            elif args:
+                for i, item in enumerate(value):
+                    check_json_value(item, args[0], f"{what}[{i}]")
+            return
+    elif origin in (dict, collections.abc.Mapping) or hint is dict:
+        if not isinstance(value, dict):
+            ok = False
+        else:
+            if len(args) == 2:
+                for key, item in value.items():
+                    check_json_value(key, args[0], f"{what} key")
+                    check_json_value(item, args[1], f"{what}[{shorten(str(key))!r}]")
+            return
+    elif dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        ok = isinstance(value, (dict, hint))
+    elif isinstance(hint, type):
+        ok = isinstance(value, hint)
+    else:
+        return  # a hint this checker does not know: left to the options' own checks
+    if not ok:
+        raise ValueError(f"{what}: expected {_expected(hint)}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A parsed value's type and, for a scalar, the value (``a string ('abc')``)."""
+    name = type_name(value)
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return f"{name} ({shorten(repr(value))})"
+    return name
+
+
+def json_fields(kind: type[_T], values: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+    """The keyword arguments of the dataclass ``kind`` from a JSON object, type-checked.
+
+    ValueError (naming ``what``) for a value that is not an object, an unknown key, a missing
+    one (a field without a default), or a value of the wrong type for its field
+    (:func:`check_json_value`).
+    """
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ValueError(f"{what}: expected a JSON object, got {type_name(values)}")
+    known = {f.name: f for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what} key(s) {unknown}; expected some of {sorted(known)}")
+    missing = [
+        name
+        for name, f in known.items()
+        if f.init
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+        and name not in values
+    ]
+    if missing:
+        raise ValueError(f"{what}: missing field(s) {missing}")
+    try:
+        hints = typing.get_type_hints(kind)
+    except (NameError, TypeError):  # annotations naming what only type checkers import
+        hints = {}
+    for name, value in values.items():
+        if name in hints:
+            check_json_value(value, hints[name], f"{what}.{name}")
+    return dict(values)

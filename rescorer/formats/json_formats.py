@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
 from rescorer.core import json_input
 from rescorer.core.errors import InputError, shorten
@@ -168,11 +170,20 @@ def _jsonl_hyp(value: object, path: Path, line: int, what: str) -> Hypothesis:
     return Hypothesis(words, scores, _tokens(value.get("tokens"), path, line, what))
 
 
-def read_jsonl(path: Path) -> NBest:
-    """Read the canonical JSONL format (see the module docstring)."""
-    path = Path(path)
-    lists = []
-    refs: dict[str, tuple[str, ...]] = {}
+@dataclass(frozen=True)
+class JsonlIndex:
+    """What a light pass over a JSONL set finds: ids, list sizes and embedded references."""
+
+    # Utterance ids in file order, and the number of hypotheses of each.
+    ids: tuple[str, ...]
+    sizes: tuple[int, ...]
+    # Embedded references by id (None when no line has one).
+    references: dict[str, tuple[str, ...]] | None
+
+
+def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
+    """``(line number, object, utterance id)`` of each non-blank line; the line's keys, its id
+    and the types of ``hyps`` checked, ids unique (the hypotheses are not looked at)."""
     first_line: dict[str, int] = {}
     for lineno, line in read_lines(path):
         if not line.strip():
@@ -191,38 +202,70 @@ def read_jsonl(path: Path) -> NBest:
                 f"duplicate utterance {utt!r} (first on line {first_line[utt]})", path, lineno
             )
         first_line[utt] = lineno
-        hyps = obj["hyps"]
-        if not isinstance(hyps, list):
-            raise InputError(f"'hyps' must be a list, got {type_name(hyps)}", path, lineno)
-        lists.append(
-            NBestList(
-                utt,
-                tuple(
-                    _jsonl_hyp(h, path, lineno, f"hypothesis {i}")
-                    for i, h in enumerate(hyps, start=1)
-                ),
-            )
-        )
+        if not isinstance(obj["hyps"], list):
+            raise InputError(f"'hyps' must be a list, got {type_name(obj['hyps'])}", path, lineno)
+        yield lineno, obj, utt
+
+
+def index_jsonl(path: Path) -> JsonlIndex:
+    """The ids, list sizes and references of a JSONL set, holding no hypothesis (for reading
+    the set again list by list with :func:`iter_jsonl`)."""
+    path = Path(path)
+    ids: list[str] = []
+    sizes: list[int] = []
+    refs: dict[str, tuple[str, ...]] = {}
+    for lineno, obj, utt in _jsonl_objects(path):
+        ids.append(utt)
+        sizes.append(len(obj["hyps"]))
         ref = _ref(obj.get(REF_KEY), path, lineno, "ref")
         if ref is not None:
             refs[utt] = ref
+    return JsonlIndex(tuple(ids), tuple(sizes), refs or None)
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[NBestList, tuple[str, ...] | None]]:
+    """Each list of a JSONL set with its embedded reference (None if it has none), read lazily:
+    one line in memory at a time (see the module docstring for the format)."""
+    path = Path(path)
+    for lineno, obj, utt in _jsonl_objects(path):
+        hyps = tuple(
+            _jsonl_hyp(h, path, lineno, f"hypothesis {i}") for i, h in enumerate(obj["hyps"], 1)
+        )
+        yield NBestList(utt, hyps), _ref(obj.get(REF_KEY), path, lineno, "ref")
+
+
+def read_jsonl(path: Path) -> NBest:
+    """Read the canonical JSONL format (see the module docstring)."""
+    lists = []
+    refs: dict[str, tuple[str, ...]] = {}
+    for nb, ref in iter_jsonl(path):
+        lists.append(nb)
+        if ref is not None:
+            refs[nb.utt_id] = ref
     return NBest(lists, refs or None)
+
+
+def write_jsonl_lines(nbest: NBest, out: TextIO) -> None:
+    """Append ``nbest`` to an open JSONL file, one line per list (its references embedded)."""
+    check_nbest_fields(nbest)
+    check_finite(nbest)
+    refs = _refs_of(nbest)
+    for utt, nb in nbest.items():
+        hyps = []
+        for hyp in nb:
+            item: dict[str, object] = {"text": hyp.text, "scores": dict(hyp.scores)}
+            if hyp.tokens is not None:
+                item["tokens"] = list(hyp.tokens)
+            hyps.append(item)
+        obj: dict[str, object] = {"utt": utt, "hyps": hyps}
+        if utt in refs:
+            obj[REF_KEY] = " ".join(refs[utt])
+        out.write(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def write_jsonl(nbest: NBest, path: Path) -> None:
     """Write the canonical JSONL format; a read gives back exactly ``nbest``."""
     check_nbest_fields(nbest)
     check_finite(nbest)
-    refs = _refs_of(nbest)
     with atomic_write(path) as f:
-        for utt, nb in nbest.items():
-            hyps = []
-            for hyp in nb:
-                item: dict[str, object] = {"text": hyp.text, "scores": dict(hyp.scores)}
-                if hyp.tokens is not None:
-                    item["tokens"] = list(hyp.tokens)
-                hyps.append(item)
-            obj: dict[str, object] = {"utt": utt, "hyps": hyps}
-            if utt in refs:
-                obj[REF_KEY] = " ".join(refs[utt])
-            f.write(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n")
+        write_jsonl_lines(nbest, f)

@@ -156,7 +156,10 @@ def _edit_header(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
         (lambda h: h.update(format_version=2), r"config\.json: expected format_version 1, got 2"),
         (lambda h: h.update(model_type="gpt"), r"config\.json: unknown model_type 'gpt'"),
         (lambda h: h["config"].update(rank=0), r"config\.json: invalid config: .*rank >= 1"),
-        (lambda h: h["config"].update(depth=3), r"config\.json: invalid config: .*unknown fields"),
+        (
+            lambda h: h["config"].update(depth=3),
+            r"config\.json: invalid config: .*unknown LSTM config key",
+        ),
         (lambda h: h["config"].update(vocab_size=9), r"vocab\.txt: has 8 tokens but .*=9"),
         (lambda h: h["config"].update(hidden_dim=7), r"model\.safetensors: tensor .* has shape"),
         (lambda h: h["config"].update(mode="concat", rank=0), r"model\.safetensors: .*Z_L"),

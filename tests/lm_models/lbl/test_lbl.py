@@ -442,7 +442,7 @@ def test_training_config_errors(tmp_path: Path) -> None:
             {"data": {"corpus": "brown", "path": "x", "attributes": ["genre"]},
              "model": {"factors": 0}}
         )  # fmt: skip
-    with pytest.raises(ValueError, match="unknown model option"):
+    with pytest.raises(ValueError, match="unknown model key"):
         LBLTrainConfig.from_json({"data": {"corpus": "brown", "path": "x"}, "model": {"F": 3}})
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

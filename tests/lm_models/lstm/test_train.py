@@ -210,7 +210,7 @@ def test_unseen_context_values_become_missing(tmp_path: Path) -> None:
 
 
 def test_bad_configs_name_the_problem(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown train option"):
+    with pytest.raises(ValueError, match="unknown train key"):
         TrainConfig.from_json({"data": {"corpus": "jsonl", "path": "x"}, "train": {"lr0": 1}})
     with pytest.raises(ValueError, match="corpus must be one of"):
         TrainConfig.from_json({"data": {"corpus": "csv", "path": "x"}})
@@ -220,7 +220,7 @@ def test_bad_configs_name_the_problem(tmp_path: Path) -> None:
         TrainConfig.load(bad)
     # a config file that is JSON but not a config: the input error (one line, exit status 2)
     bad.write_text('{"data": {"corpus": "jsonl", "path": "x"}, "train": {"lr0": 1}}')
-    with pytest.raises(InputError, match=r"c\.json: unknown train option\(s\) \['lr0'\]"):
+    with pytest.raises(InputError, match=r"c\.json: unknown train key\(s\) \['lr0'\]"):
         TrainConfig.load(bad)
 
 
