@@ -9,7 +9,7 @@ b' = V c + b of every layer, and the output bias b_out + Q c + one-hot biases. T
 kind           inputs -> outputs                                                      contexts
 =============  =====================================================================  ========
 step           x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, L, V), next_h0,     one
-               next_c0 (the icefall / sherpa-onnx RNN LM signature; c0 = memory m)
+               next_c0 (sequence form of the icefall RNN LM inputs; c0 = memory m)
 multi          the same + context_id (N,) int64                                       many
 scorer         x (N, L) = <s> w1..wn </s> padded, x_lens (N,) = n + 2                 one
                -> token_logprobs (N, L-1), sentence_logprob (N,)
@@ -116,7 +116,8 @@ Record = dict[str, Any]
 class ExportOptions:
     """What :func:`export_model` writes."""
 
-    # One of KINDS: "step", "multi", "scorer", "multi-scorer" (see the module docstring).
+    # One of KINDS: "step", "multi", "scorer", "multi-scorer", "nll", "score-token" (see the
+    # module docstring).
     kind: str = "step"
     # Single-context kinds: the record folded in ({"genre": "news"}); None = expected context.
     context: Mapping[str, Any] | None = None

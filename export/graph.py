@@ -31,7 +31,7 @@ The graphs:
 * :func:`step_graph` -- inputs ``x`` (N, L) int64, ``h0``, ``c0`` (layers, N, d) float32
   [, ``context_id`` (N,) int64]; outputs ``log_softmax`` (N, L, V) (log p of the token after each
   input position), ``next_h0``, ``next_c0`` (layers, N, d). ``c0`` is the LSTM memory cell m. The
-  icefall / sherpa-onnx RNN LM signature (bound by position: x, state0, state1).
+  icefall / sherpa-onnx RNN LM inputs (bound by position: x, state0, state1), the sequence form.
 * :func:`score_token_graph` -- the step model reduced to icefall's ``score_token_onnx``:
   ``log_softmax`` (N, V) after x's last position (optionally in a decoder's token ids).
 * :func:`nll_graph` -- icefall's state-less form: ``x``, ``x_lens`` -> ``nll`` (N,).
