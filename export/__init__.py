@@ -3,7 +3,8 @@
 * :mod:`export.format` -- the format itself: kinds, version, input/output names, metadata keys.
 * :mod:`export.runtime` -- reading an export: metadata and an ONNX Runtime session (no torch).
 * :mod:`export.graph` -- the context-LSTM graphs (step model, sentence scorer; single or
-  multi-context), built node by node with ``onnx.helper`` from numpy weights.
+  multi-context; icefall's score_token and state-less nll forms for sherpa-onnx, optionally in
+  an ASR model's token ids), built node by node with ``onnx.helper`` from numpy weights.
 * :mod:`export.exporter` -- checkpoint -> weights (``ContextLSTM.adapt`` per context) -> graph,
   metadata, ``onnx.checker``, the vocabulary file beside the model (``rescorer export``).
 * :mod:`export.cue_graph`, :mod:`export.lbl_graph` -- the CUE decoder and the attribute LBL.

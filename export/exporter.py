@@ -3,13 +3,13 @@
 The architecture comes from the checkpoint (:func:`lm_models.checkpoint.load_checkpoint`); the
 context-dependent weights from :meth:`ContextLSTM.adapt` of each context record: W' = W + A and
 b' = V c + b of every layer, and the output bias b_out + Q c + one-hot biases. The graph itself
-(:mod:`export.graph`) is then a plain LSTM. Five kinds of export (:data:`KINDS`):
+(:mod:`export.graph`) is then a plain LSTM. Six kinds of export (:data:`KINDS`):
 
 =============  =====================================================================  ========
 kind           inputs -> outputs                                                      contexts
 =============  =====================================================================  ========
 step           x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, L, V), next_h0,     one
-               next_c0 (the icefall / sherpa-onnx RNN LM signature; c0 = memory m)
+               next_c0 (sequence form of the icefall RNN LM inputs; c0 = memory m)
 multi          the same + context_id (N,) int64                                       many
 scorer         x (N, L) = <s> w1..wn </s> padded, x_lens (N,) = n + 2                 one
                -> token_logprobs (N, L-1), sentence_logprob (N,)
@@ -17,7 +17,17 @@ multi-scorer   the same + context_id (N,)                                       
 nll            x (N, L) = w1..wn padded with 0 (no <s>, </s>), x_lens (N,) = n         one
                -> nll (N,) = -log P(<s> w1..wn </s>) (icefall's state-less RNN LM, the
                form sherpa-onnx's offline LM rescoring loads)
+score-token    x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, V) = log p of the     one
+               token after x's last position, next_h0, next_c0 (icefall's
+               score_token_onnx, the form sherpa-onnx's online LM loads; L = 1 there)
 =============  =====================================================================  ========
+
+The decoder kinds (score-token, nll) can speak an ASR model's token ids (``asr_tokens``, from
+the checkpoint's ``asr_tokens.txt`` or a tokens.txt; :mod:`lm_models.asr_tokens`): the graph
+maps the input ids to the model's units and, for score-token, gives the log-probabilities per
+ASR id (the blank -inf); the vocabulary file is then the ASR's tokens in id order, and
+``vocab_size``, ``sos_id``, ``eos_id``, ``unk_id`` (-1 when there is none) and ``blank_id`` are
+the ASR's (``token_ids`` = ``asr``; ``toolkit`` for every other export).
 
 Multi-context exports stack the weights that depend on the context (W' for FactorCell, b' for
 ConcatCell and FactorCell, the output bias always) over C contexts and gather them by
@@ -29,7 +39,8 @@ variable needs an explicit list of records (a JSONL file, :func:`read_context_re
 Metadata properties (strings; JSON where noted) describe the export completely, so that the
 ``.onnx`` file and its vocabulary file are all a user needs: ``model_type``, ``format``,
 ``format_version`` (and ``version``, icefall's key), ``export_kind``, ``vocab_size``, ``sos_id``,
-``eos_id``, ``unk_id``, ``pad_id``, ``num_layers``, ``hidden_size``, ``embedding_dim``, ``mode``,
+``eos_id``, ``unk_id``, ``pad_id``, ``token_ids``, ``num_layers``, ``hidden_size``,
+``embedding_dim``, ``mode``,
 ``layer_norm``, ``context_variables`` (JSON list of {name, kind, values | dim}), ``contexts``
 (JSON list of records, index = context id), ``num_contexts``, ``vocab_file`` (the vocabulary's
 file name, in the model's folder: one token per line, line i = id i), ``log_base`` (``e``),
@@ -45,7 +56,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +65,21 @@ import onnx
 import torch
 
 from export.format import (
+    DECODER_KINDS,
     FORMAT,
     FORMAT_VERSION,
+    KEY_BLANK_ID,
     KEY_CONTEXT_VARIABLES,
     KEY_CONTEXTS,
     KEY_FORMAT,
     KEY_FORMAT_VERSION,
     KEY_KIND,
+    KEY_TOKEN_IDS,
     KEY_VOCAB_FILE,
     KINDS,
     LOG_BASE,
     NLL_KIND,
+    SCORE_TOKEN_KIND,
 )
 from export.graph import (
     OPSET,
@@ -73,9 +88,11 @@ from export.graph import (
     LSTMWeights,
     make_model,
     nll_graph,
+    score_token_graph,
     scorer_graph,
     step_graph,
 )
+from lm_models.asr_tokens import AsrTokens, checkpoint_asr_tokens
 from lm_models.checkpoint import load_checkpoint
 from lm_models.lstm.context import ContextVariable
 from lm_models.lstm.model import ContextLSTM
@@ -99,7 +116,8 @@ Record = dict[str, Any]
 class ExportOptions:
     """What :func:`export_model` writes."""
 
-    # One of KINDS: "step", "multi", "scorer", "multi-scorer" (see the module docstring).
+    # One of KINDS: "step", "multi", "scorer", "multi-scorer", "nll", "score-token" (see the
+    # module docstring).
     kind: str = "step"
     # Single-context kinds: the record folded in ({"genre": "news"}); None = expected context.
     context: Mapping[str, Any] | None = None
@@ -113,10 +131,18 @@ class ExportOptions:
     # icefall's descriptive metadata: who made the model, and where it is described.
     author: str = "rescorer"
     url: str = ""
+    # Decoder kinds (score-token, nll): the ASR token set whose ids the graph takes and gives
+    # (the model must have been trained over it); None: the model's own ids.
+    asr_tokens: AsrTokens | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"export kind must be one of {KINDS}, got {self.kind!r}")
+        if self.asr_tokens is not None and self.kind not in DECODER_KINDS:
+            raise ValueError(
+                f"ASR token ids are for the kinds a decoder loads {DECODER_KINDS}; kind "
+                f"{self.kind!r} keeps the model's own ids (for onnx: models)"
+            )
         if self.contexts is not None:
             object.__setattr__(self, "contexts", tuple(self.contexts))
             if not self.multi:
@@ -376,7 +402,11 @@ def vocab_path_for(out: str | os.PathLike[str]) -> Path:
 
 
 def export_metadata(
-    model: ContextLSTM, kind: str, records: Sequence[Record], vocab_file: str
+    model: ContextLSTM,
+    kind: str,
+    records: Sequence[Record],
+    vocab_file: str,
+    asr_tokens: AsrTokens | None = None,
 ) -> dict[str, str]:
     """The metadata properties of an export (see the module docstring)."""
     cfg = model.config
@@ -385,6 +415,25 @@ def export_metadata(
     comment = f"{cfg.mode} context LSTM, {kind} export, " + (
         f"{len(records)} contexts by context_id" if kind.startswith("multi") else folded
     )
+    ids = {
+        "vocab_size": str(cfg.vocab_size),
+        "sos_id": str(BOS_ID),
+        "eos_id": str(EOS_ID),
+        "unk_id": str(UNK_ID),
+        "pad_id": str(PAD_ID),
+        KEY_TOKEN_IDS: "toolkit",
+    }
+    if asr_tokens is not None:
+        comment += f", ids of the ASR tokens ({len(asr_tokens)}, blank {asr_tokens.blank_id})"
+        ids = {
+            "vocab_size": str(len(asr_tokens)),
+            "sos_id": str(asr_tokens.sos_id),
+            "eos_id": str(asr_tokens.eos_id),
+            "unk_id": str(-1 if asr_tokens.unk_id is None else asr_tokens.unk_id),
+            "pad_id": str(asr_tokens.blank_id),
+            KEY_TOKEN_IDS: "asr",
+            KEY_BLANK_ID: str(asr_tokens.blank_id),
+        }
     return {
         "model_type": "context_lstm",
         KEY_FORMAT: FORMAT,
@@ -392,11 +441,7 @@ def export_metadata(
         "version": str(FORMAT_VERSION),
         KEY_KIND: kind,
         "comment": comment,
-        "vocab_size": str(cfg.vocab_size),
-        "sos_id": str(BOS_ID),
-        "eos_id": str(EOS_ID),
-        "unk_id": str(UNK_ID),
-        "pad_id": str(PAD_ID),
+        **ids,
         "num_layers": str(cfg.num_layers),
         "hidden_size": str(cfg.hidden_dim),
         "embedding_dim": str(cfg.embed_dim),
@@ -411,9 +456,18 @@ def export_metadata(
 
 
 def build_model(
-    model: ContextLSTM, options: ExportOptions, vocab_file: str = "vocab.txt"
+    model: ContextLSTM,
+    options: ExportOptions,
+    vocab_file: str = "vocab.txt",
+    model_tokens: Sequence[str] | None = None,
 ) -> tuple[onnx.ModelProto, list[Record]]:
-    """The checked ONNX model of ``options.kind`` and its context records (not written)."""
+    """The checked ONNX model of ``options.kind`` and its context records (not written).
+
+    With ``options.asr_tokens``, ``model_tokens`` (the model's vocabulary) must be the LM units
+    of that token set (an InputError naming its file and line otherwise).
+    """
+    if options.asr_tokens is not None and model_tokens is None:
+        raise ValueError("an export in ASR token ids needs the model's vocabulary to check")
     if not isinstance(model, ContextLSTM):
         raise ValueError(f"expected a ContextLSTM model, got {type(model).__name__}")
     if options.multi:
@@ -427,12 +481,18 @@ def build_model(
             f"the export would hold {size / 2**30:.2f} GiB of weights ({len(records)} contexts); "
             f"ONNX files are limited to 2 GiB: export fewer contexts (--contexts FILE.jsonl)"
         )
+    asr = options.asr_tokens
+    if asr is not None:
+        asr.check_vocabulary(model_tokens, "the model")
+    input_map = None if asr is None else asr.input_map()
     if options.kind == NLL_KIND:
-        graph = nll_graph(weights, BOS_ID, EOS_ID)
+        graph = nll_graph(weights, BOS_ID, EOS_ID, input_map)
+    elif options.kind == SCORE_TOKEN_KIND:
+        graph = score_token_graph(weights, input_map, None if asr is None else asr.output_map())
     else:
         build = scorer_graph if options.scorer else step_graph
         graph = build(weights, with_context=options.multi)
-    meta = export_metadata(model, options.kind, records, vocab_file)
+    meta = export_metadata(model, options.kind, records, vocab_file, asr)
     meta.update(model_author=options.author, url=options.url)
     onnx_model = make_model(graph, meta, options.opset, doc=meta["comment"])
     onnx.checker.check_model(onnx_model, full_check=True)
@@ -459,10 +519,12 @@ def export_model(
     if out.is_dir():
         raise ValueError(f"{out}: is a folder; expected the path of the .onnx file to write")
     vocab_path = vocab_path_for(out)
-    onnx_model, records = build_model(model, options, vocab_path.name)
+    onnx_model, records = build_model(model, options, vocab_path.name, tokens)
     data = onnx_model.SerializeToString()
+    # The vocabulary of the graph's ids: the ASR's tokens in id order for an ASR-id export.
+    listed = tokens if options.asr_tokens is None else options.asr_tokens.tokens
     with atomic_write(vocab_path) as f:
-        f.write("".join(t + "\n" for t in tokens))
+        f.write("".join(t + "\n" for t in listed))
     with atomic_write(out, "wb") as f:
         f.write(data)
     size = out.stat().st_size
@@ -483,8 +545,17 @@ def export_checkpoint(
     out: str | os.PathLike[str],
     options: ExportOptions | None = None,
 ) -> ExportResult:
-    """Load a checkpoint folder (the architecture comes from it) and :func:`export_model` it."""
+    """Load a checkpoint folder (the architecture comes from it) and :func:`export_model` it.
+
+    A decoder kind of a checkpoint trained over an ASR token set (its ``asr_tokens.txt``) takes
+    and gives that set's ids unless ``options.asr_tokens`` says otherwise.
+    """
+    options = options or ExportOptions()
     model, tokens, _ = load_checkpoint(checkpoint)
     if not isinstance(model, ContextLSTM):
         raise ValueError(f"{checkpoint}: a {type(model).__name__} checkpoint; expected ContextLSTM")
+    if options.kind in DECODER_KINDS and options.asr_tokens is None:
+        asr = checkpoint_asr_tokens(checkpoint)
+        if asr is not None:
+            options = replace(options, asr_tokens=asr)
     return export_model(model, tokens, out, options)

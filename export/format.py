@@ -26,7 +26,14 @@ SCORER_KINDS = ("scorer", "multi-scorer")
 # tokens without <s> and </s>, padded with 0, x_lens their counts; the output is each sentence's
 # negative natural-log likelihood with <s> before and </s> after its tokens (one context folded).
 NLL_KIND = "nll"
-KINDS = STEP_KINDS + SCORER_KINDS + (NLL_KIND,)
+# icefall's score_token_onnx form, the one sherpa-onnx's online RNN LM (shallow fusion in
+# modified beam search) loads: x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, V) = log p of
+# the token after x's last position, next_h0, next_c0 (one context folded). Called with L = 1.
+SCORE_TOKEN_KIND = "score-token"
+KINDS = STEP_KINDS + SCORER_KINDS + (NLL_KIND, SCORE_TOKEN_KIND)
+# The kinds a decoder loads with its own token ids: they may speak an ASR model's ids
+# (metadata token_ids = "asr"); the others keep the toolkit's (<unk> 0, <s> 1, </s> 2).
+DECODER_KINDS = (SCORE_TOKEN_KIND, NLL_KIND)
 CUE_KIND = "cue-scorer"  # CUE decoder with the CUE vector as an input
 LBL_KIND = "lbl-step"  # LBL with one attribute record folded in
 
@@ -37,6 +44,7 @@ INPUTS = {
     "scorer": ["x", "x_lens"],
     "multi-scorer": ["x", "x_lens", "context_id"],
     "nll": ["x", "x_lens"],
+    "score-token": ["x", "h0", "c0"],
 }
 OUTPUTS = {
     "step": ["log_softmax", "next_h0", "next_c0"],
@@ -44,6 +52,7 @@ OUTPUTS = {
     "scorer": ["token_logprobs", "sentence_logprob"],
     "multi-scorer": ["token_logprobs", "sentence_logprob"],
     "nll": ["nll"],
+    "score-token": ["log_softmax", "next_h0", "next_c0"],
 }
 
 # Metadata keys every export of the context LSTM carries and the runtime checks (all strings;
@@ -54,6 +63,12 @@ KEY_KIND = "export_kind"
 KEY_VOCAB_FILE = "vocab_file"
 KEY_CONTEXT_VARIABLES = "context_variables"  # JSON list of {name, kind, values, dim}
 KEY_CONTEXTS = "contexts"  # JSON list of the folded records, in context_id order
+# Whose ids the graph's inputs and outputs are: "toolkit" (the vocabulary file is the model's
+# own, <unk> 0, <s> 1, </s> 2) or "asr" (decoder kinds over an ASR model's token set: the
+# vocabulary file is its tokens in id order, and blank_id names its blank).
+KEY_TOKEN_IDS = "token_ids"
+TOKEN_IDS = ("toolkit", "asr")
+KEY_BLANK_ID = "blank_id"
 INTEGER_KEYS = (
     "vocab_size",
     "sos_id",

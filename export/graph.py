@@ -26,12 +26,15 @@ when every row of the batch has the same context_id, W' is gathered once and the
 the shared ones (the cost of a single-context export); ``rescorer.lms.onnx`` batches by context
 to get that path.
 
-Two graph families:
+The graphs:
 
 * :func:`step_graph` -- inputs ``x`` (N, L) int64, ``h0``, ``c0`` (layers, N, d) float32
   [, ``context_id`` (N,) int64]; outputs ``log_softmax`` (N, L, V) (log p of the token after each
   input position), ``next_h0``, ``next_c0`` (layers, N, d). ``c0`` is the LSTM memory cell m. The
-  icefall / sherpa-onnx RNN LM signature (bound by position: x, state0, state1).
+  icefall / sherpa-onnx RNN LM inputs (bound by position: x, state0, state1), the sequence form.
+* :func:`score_token_graph` -- the step model reduced to icefall's ``score_token_onnx``:
+  ``log_softmax`` (N, V) after x's last position (optionally in a decoder's token ids).
+* :func:`nll_graph` -- icefall's state-less form: ``x``, ``x_lens`` -> ``nll`` (N,).
 * :func:`scorer_graph` -- inputs ``x`` (N, L) = ``<s> w1 .. wn </s>`` padded, ``x_lens`` (N,)
   = n + 2 [, ``context_id``]; outputs ``token_logprobs`` (N, L - 1) = log p(x[:, t+1] | x[:, :t+1])
   with zeros at and beyond ``x_lens - 1``, and ``sentence_logprob`` (N,) their sum. Padding may
@@ -694,24 +697,106 @@ def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
     )
 
 
-def nll_graph(w: LSTMWeights, sos_id: int, eos_id: int) -> onnx.GraphProto:
-    """icefall's state-less LM form: (x, x_lens) -> nll (N,), x without <s>/</s>, 0-padded.
+def _mapped_ids(b: _Builder, x: str, input_map: np.ndarray | None) -> str:
+    """``x`` in the model's own ids: a decoder's token ids looked up in ``input_map`` (V_in,)."""
+    if input_map is None:
+        return x
+    table = np.asarray(input_map, dtype=np.int64)
+    if table.ndim != 1:
+        raise ValueError(f"input_map: expected a (V_in,) table, got shape {table.shape}")
+    return b.op("Gather", [b.const("input_id_map", table), x], "x_model_ids", axis=0)
 
-    The graph adds <s> in front and </s> after token x_lens[i] of each row, scores the rows as
-    the sentence scorer does, and returns minus each sentence's log-probability (sherpa-onnx's
-    offline LM rescoring multiplies it by -scale).
+
+def score_token_graph(
+    w: LSTMWeights,
+    input_map: np.ndarray | None = None,
+    output_map: np.ndarray | None = None,
+) -> onnx.GraphProto:
+    """icefall's score_token_onnx form: (x, h0, c0) -> (log_softmax (N, V), next_h0, next_c0).
+
+    ``log_softmax`` is log p of the token after x's last position (sherpa-onnx and icefall call it
+    with L = 1, one token per hypothesis); the states are those after all of x. ``input_map``
+    (V_out,) takes the decoder's ids to the model's, ``output_map`` (V_out,) gives for each of
+    the decoder's ids the model id whose log-probability it reports, or -1 for -inf (never
+    predicted). Without them the ids are the model's own.
     """
     _inputs(w, False)
     b = _Builder(itertools.count())
     k = _Consts(b)
-    n = b.op("Shape", ["x"], "n", start=0, end=1)  # (1,)
+    d, layers = w.hidden_dim, w.num_layers
+    x = _mapped_ids(b, "x", input_map)  # (N, L)
+    h_all, h_T, m_T = _lstm(b, w, k, x, "h0", "c0", None)  # (N, L, d)
+    last = b.op(
+        "Slice",
+        [
+            h_all,
+            b.const("last_start", np.array([-1], dtype=np.int64)),
+            b.const("last_end", np.array([INT64_MAX], dtype=np.int64)),
+            k.axis1,
+        ],
+        "h_last",
+    )  # (N, 1, d)
+    log_probs = b.op("Squeeze", [_log_softmax(b, w, k, last, None), k.axis1], "lp_last")  # (N, V)
+    v_out = w.vocab_size
+    if output_map is not None:
+        table = np.asarray(output_map, dtype=np.int64)
+        if table.ndim != 1 or table.min() < -1 or table.max() >= w.vocab_size:
+            raise ValueError(
+                f"output_map: expected (V_out,) ids in [-1, {w.vocab_size}), got shape "
+                f"{table.shape}, range [{table.min()}, {table.max()}]"
+            )
+        never = np.where(table < 0, -np.inf, 0.0).astype(np.float32)  # (V_out,)
+        picked = b.op(
+            "Gather",
+            [log_probs, b.const("output_id_map", np.maximum(table, 0))],
+            "lp_out_ids",
+            axis=1,
+        )  # (N, V_out)
+        log_probs = b.op("Add", [picked, b.const("output_never", never)], "lp_out")  # (N, V_out)
+        v_out = len(table)
+    b.nodes.append(helper.make_node("Identity", [log_probs], ["log_softmax"], name="out_logp"))
+    b.nodes.append(helper.make_node("Identity", [h_T], ["next_h0"], name="out_h"))
+    b.nodes.append(helper.make_node("Identity", [m_T], ["next_c0"], name="out_c"))
+    state = [layers, "N", d]
+    return helper.make_graph(
+        b.nodes,
+        "context_lstm_score_token",
+        [
+            helper.make_tensor_value_info("x", TensorProto.INT64, ["N", "L"]),
+            helper.make_tensor_value_info("h0", TensorProto.FLOAT, state),
+            helper.make_tensor_value_info("c0", TensorProto.FLOAT, state),
+        ],
+        [
+            helper.make_tensor_value_info("log_softmax", TensorProto.FLOAT, ["N", v_out]),
+            helper.make_tensor_value_info("next_h0", TensorProto.FLOAT, state),
+            helper.make_tensor_value_info("next_c0", TensorProto.FLOAT, state),
+        ],
+        initializer=b.initializers,
+    )
+
+
+def nll_graph(
+    w: LSTMWeights, sos_id: int, eos_id: int, input_map: np.ndarray | None = None
+) -> onnx.GraphProto:
+    """icefall's state-less LM form: (x, x_lens) -> nll (N,), x without <s>/</s>, 0-padded.
+
+    The graph adds <s> in front and </s> after token x_lens[i] of each row, scores the rows as
+    the sentence scorer does, and returns minus each sentence's log-probability (sherpa-onnx's
+    offline LM rescoring multiplies it by -scale). ``sos_id`` and ``eos_id`` are the model's;
+    ``input_map`` (V_in,) takes a decoder's token ids in x to the model's first.
+    """
+    _inputs(w, False)
+    b = _Builder(itertools.count())
+    k = _Consts(b)
+    x = _mapped_ids(b, "x", input_map)  # (N, L)
+    n = b.op("Shape", [x], "n", start=0, end=1)  # (1,)
     column = b.op("Concat", [n, b.const("one_col", np.array([1], dtype=np.int64))], "col", axis=0)
 
     def filled(value: int, hint: str) -> str:  # (N, 1) int64 of `value`
         return b.op("Expand", [b.const(hint, np.array([[value]], dtype=np.int64)), column], hint)
 
     # [<s>, x, pad] then </s> written at column x_lens + 1                         (N, L+2)
-    framed = b.op("Concat", [filled(sos_id, "sos"), "x", filled(0, "pad")], "framed", axis=1)
+    framed = b.op("Concat", [filled(sos_id, "sos"), x, filled(0, "pad")], "framed", axis=1)
     eos_at = b.op(
         "Unsqueeze",
         [b.op("Add", ["x_lens", b.const("one_at", np.array(1, dtype=np.int64))]), k.axis1],

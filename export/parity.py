@@ -3,9 +3,11 @@
 :func:`check_parity` runs the export with ONNX Runtime (CPU) and the model with PyTorch on the same
 random batches (batch sizes 1..4 by default, unequal lengths, random context ids for multi-context
 exports, random initial states for step models) and reports the largest absolute difference of
-any output: log-probabilities, next states, per-token and per-sentence scores. The PyTorch side
-goes through ``ContextLSTM.forward`` / ``ContextLSTM.score`` with the context *records* (its own
-adaptation path), not through the folded weights the export was built from.
+any output: log-probabilities, next states, per-token and per-sentence scores. An export in an
+ASR model's token ids (``token_ids`` = ``asr``) is fed that set's ids and compared through its
+tables (:mod:`lm_models.asr_tokens`), log 0 (the blank) where the model has no unit. The PyTorch
+side goes through ``ContextLSTM.forward`` / ``ContextLSTM.score`` with the context *records* (its
+own adaptation path), not through the folded weights the export was built from.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from export.format import NLL_KIND
+from export.format import NLL_KIND, SCORE_TOKEN_KIND
 from export.runtime import OnnxMeta, create_session
+from lm_models.asr_tokens import AsrTokens
 from lm_models.lstm.model import ContextLSTM
+from lm_models.vocab import BOS_ID, EOS_ID
+from rescorer.core.io import read_tokens
 
 TOLERANCE = 1e-4
 
@@ -50,11 +55,25 @@ class ParityReport:
         )
 
 
-def _diff(a: np.ndarray, b: torch.Tensor) -> float:
-    b_np = b.detach().to(torch.float32).cpu().numpy()
+def _diff(a: np.ndarray, b: torch.Tensor | np.ndarray) -> float:
+    b_np = b.detach().to(torch.float32).cpu().numpy() if isinstance(b, torch.Tensor) else b
     if a.shape != b_np.shape:
         raise ValueError(f"parity: ONNX output shape {a.shape} != PyTorch shape {b_np.shape}")
-    return float(np.abs(a - b_np).max()) if a.size else 0.0
+    if not a.size:
+        return 0.0
+    never_a, never_b = np.isneginf(a), np.isneginf(b_np)  # log 0 (e.g. the blank, <s>)
+    if not np.array_equal(never_a, never_b):
+        return float("inf")
+    finite = ~never_a
+    return float(np.abs(a[finite] - b_np[finite]).max()) if finite.any() else 0.0
+
+
+def _asr_tokens(meta: OnnxMeta, path: Path) -> AsrTokens | None:
+    """The ASR token set of an export in ASR ids (its vocabulary file), else None."""
+    if meta.token_ids != "asr":
+        return None
+    vocab = path.parent / meta.vocab_file
+    return AsrTokens(tuple(read_tokens(vocab)), str(vocab))
 
 
 @torch.no_grad()
@@ -70,10 +89,16 @@ def check_parity(
     path = Path(path)
     session, _ = create_session(path, "cpu")
     meta = OnnxMeta.from_props(dict(session.get_modelmeta().custom_metadata_map), path)
-    if meta.vocab_size != model.config.vocab_size:
+    asr = _asr_tokens(meta, path)
+    units = meta.vocab_size if asr is None else len(asr.lm_tokens())
+    if units != model.config.vocab_size:
         raise ValueError(
-            f"{path}: vocab_size {meta.vocab_size} != the model's {model.config.vocab_size}"
+            f"{path}: {units} units, but the model's vocab_size is {model.config.vocab_size}"
         )
+    # ASR-id exports: the ids a decoder feeds (no blank) and the tables between them and the
+    # model's units (lm_models.asr_tokens).
+    fed = None if asr is None else np.array([*asr.regular_ids, asr.sos_id], dtype=np.int64)
+    to_model = None if asr is None else asr.input_map()
     model = model.eval()
     dtype = model.b_out.dtype
     rng = np.random.default_rng(seed)
@@ -82,15 +107,31 @@ def check_parity(
     for n in batch_sizes:
         cids = rng.integers(0, len(meta.contexts), n) if meta.multi else np.zeros(n, np.int64)
         records = [meta.contexts[c] for c in cids] if model.adaptive else None
-        if meta.kind == NLL_KIND:  # tokens alone, 0-padded past x_lens (and a padding column)
+        if meta.kind == SCORE_TOKEN_KIND:  # the next token after x's last position
+            length = int(rng.integers(1, max_len + 1))
+            x = (
+                rng.integers(0, v, (n, length)) if fed is None else rng.choice(fed, (n, length))
+            ).astype(np.int64)
+            h0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+            c0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+            log_probs, h, m = session.run(None, {"x": x, "h0": h0, "c0": c0})
+            state = (torch.from_numpy(h0).to(dtype), torch.from_numpy(c0).to(dtype))
+            x_model = x if to_model is None else to_model[x]
+            ref, (ref_h, ref_m) = model(torch.from_numpy(x_model), records, state)
+            last = ref[:, -1].to(torch.float32).numpy()  # (N, V_model)
+            if asr is not None:  # per ASR id: its unit's log-prob, or log 0
+                out = asr.output_map()
+                last = np.where(out >= 0, last[:, np.maximum(out, 0)], -np.inf)  # (N, V_asr)
+            worst = max(worst, _diff(log_probs, last), _diff(h, ref_h), _diff(m, ref_m))
+        elif meta.kind == NLL_KIND:  # tokens alone, 0-padded past x_lens (and a padding column)
             words = rng.integers(0, max_len, n)
             x = np.zeros((n, int(words.max()) + 1), dtype=np.int64)
-            full = np.full((n, int(words.max()) + 2), meta.pad_id, dtype=np.int64)
-            full[:, 0] = meta.sos_id
+            full = np.full((n, int(words.max()) + 2), EOS_ID, dtype=np.int64)  # model ids
+            full[:, 0] = BOS_ID
             for j, k in enumerate(words):
-                x[j, :k] = rng.integers(3, v, k)
-                full[j, 1 : 1 + k] = x[j, :k]
-                full[j, 1 + k] = meta.eos_id
+                x[j, :k] = rng.integers(3, v, k) if fed is None else rng.choice(fed, k)
+                full[j, 1 : 1 + k] = x[j, :k] if to_model is None else to_model[x[j, :k]]
+                full[j, 1 + k] = EOS_ID
             (nll,) = session.run(None, {"x": x, "x_lens": words.astype(np.int64)})
             ft = torch.from_numpy(full)
             ref = model.score(ft[:, :-1], ft[:, 1:], torch.from_numpy(words + 1), records)

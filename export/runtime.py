@@ -18,16 +18,21 @@ import onnxruntime as ort
 from export.format import (
     FORMAT,
     FORMAT_VERSION,
+    KEY_BLANK_ID,
     KEY_CONTEXT_VARIABLES,
     KEY_CONTEXTS,
     KEY_FORMAT,
     KEY_FORMAT_VERSION,
     KEY_KIND,
+    KEY_TOKEN_IDS,
     KEY_VOCAB_FILE,
     KINDS,
     SCORER_KINDS,
+    TOKEN_IDS,
 )
 from rescorer.core.context_key import ContextField
+from rescorer.core.errors import InputError
+from rescorer.core.io import read_tokens
 from rescorer.core.runtime import threads as process_threads
 
 logger = logging.getLogger(__name__)
@@ -58,6 +63,11 @@ class OnnxMeta:
     contexts: tuple[dict[str, Any], ...]
     # File name of the vocabulary, in the model's folder.
     vocab_file: str
+    # Whose ids x and the outputs are: "toolkit" (the model's own) or "asr" (an ASR model's
+    # token set, decoder kinds only; the vocabulary file is then its tokens in id order).
+    token_ids: str = "toolkit"
+    # The ASR token set's blank id ("asr" exports), else None.
+    blank_id: int | None = None
 
     @property
     def multi(self) -> bool:
@@ -121,7 +131,14 @@ class OnnxMeta:
                 f"{path}: metadata vocab_file: expected a file name in the model's folder, "
                 f"got {vocab_file!r}"
             )
+        token_ids = props.get(KEY_TOKEN_IDS, "toolkit")  # exports before it had none
+        if token_ids not in TOKEN_IDS:
+            raise ValueError(
+                f"{path}: metadata {KEY_TOKEN_IDS}: expected one of {TOKEN_IDS}, got {token_ids!r}"
+            )
         return cls(
+            token_ids=token_ids,
+            blank_id=integer(KEY_BLANK_ID) if token_ids == "asr" else None,
             kind=kind,
             vocab_size=integer("vocab_size"),
             sos_id=integer("sos_id"),
@@ -190,3 +207,39 @@ def create_session(
             )
         logger.info("%s: the CUDA execution provider is not usable here; running on the CPU", path)
     return session, (f"cuda:{index}" if got_cuda else "cpu")
+
+
+def read_meta(path: str | Path) -> OnnxMeta:
+    """The metadata of the export at ``path`` (a CPU session is opened to read it)."""
+    session, _ = create_session(path, "cpu", 1)
+    return OnnxMeta.from_props(dict(session.get_modelmeta().custom_metadata_map), Path(path))
+
+
+def check_asr_tokens(path: str | Path, tokens: str | Path) -> OnnxMeta:
+    """Refuse the export at ``path`` unless its ids are those of the ASR token set ``tokens``.
+
+    ``tokens`` is the ASR model's tokens.txt (what sherpa-onnx loads beside the LM): every id
+    must name the same token in the export's vocabulary file. The first difference is an
+    InputError naming ``tokens`` and its line; an export in the toolkit's own ids (``<unk>`` 0)
+    never matches an ASR token set (blank, ``<sos/eos>``). Returns the export's metadata.
+    """
+    from lm_models.asr_tokens import read_tokens_txt  # here: onnx: scoring needs no lm_models
+
+    path = Path(path)
+    meta = read_meta(path)
+    asr = read_tokens_txt(tokens)
+    vocab = read_tokens(path.parent / meta.vocab_file)
+    hint = (
+        f"{path.name} is in the toolkit's own ids; export the checkpoint trained over {asr.source}"
+        f" with rescorer export --kind score-token (or nll) --tokens {asr.source}"
+        if meta.token_ids != "asr"
+        else f"{path.name} was exported for another ASR token set"
+    )
+    for i, (want, got) in enumerate(zip(asr.tokens, vocab, strict=False)):
+        if want != got:
+            asr.fail(i, f"token {want!r} at id {i}, but {path.name} has {got!r} at that id: {hint}")
+    if len(asr.tokens) != len(vocab) or meta.token_ids != "asr":
+        raise InputError(
+            f"{len(asr.tokens)} tokens, but {path.name} has {len(vocab)} ids: {hint}", asr.source
+        )
+    return meta

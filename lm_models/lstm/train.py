@@ -31,6 +31,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from lm_models.asr_tokens import (
+    ASR_TOKENS_FILE,
+    AsrTokens,
+    checkpoint_asr_tokens,
+    load_token_set,
+)
 from lm_models.batching import Batch, Example, bucket_batches, collate
 from lm_models.checkpoint import (
     TOKENIZER_FILE,
@@ -62,7 +68,7 @@ from lm_models.training import (
     fit,
     options_from_json,
 )
-from lm_models.vocab import Vocabulary, build_vocabulary
+from lm_models.vocab import EOS_ID, UNK_ID, Vocabulary, build_vocabulary
 from lm_models.word_classes import frequency_classes, shortlist_classes
 from rescorer.core.device import resolve_device
 from rescorer.core.output import atomic_dir, clean_stale
@@ -96,6 +102,12 @@ class DataConfig:
     # {"kind": "unigram", "vocab_size": 8000}, see lm_models.tokenizer.TokenizerOptions) whose
     # pieces are the model's units (vocab_size and min_count are then unused); None: words.
     tokenizer: TokenizerOptions | None = None
+    # An ASR model's token set as the units (lm_models.asr_tokens), so that a decoder export
+    # speaks the ASR's ids: its tokens.txt ("TOKEN ID" lines) and/or its sentencepiece model
+    # (which then cuts the words; without it the text's items are the tokens). Paths relative
+    # to the data folder unless absolute; vocab_size, min_count and tokenizer are then unused.
+    tokens: str | None = None
+    bpe_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPUS_READERS:
@@ -103,6 +115,16 @@ class DataConfig:
         if isinstance(self.tokenizer, Mapping):
             tok = options_from_json(TokenizerOptions, self.tokenizer, "data.tokenizer")
             object.__setattr__(self, "tokenizer", tok)
+        if self.asr_units and self.tokenizer is not None:
+            raise ValueError(
+                "data.tokens / data.bpe_model take the ASR model's token set and data.tokenizer "
+                "learns a new one: give one or the other, got both"
+            )
+
+    @property
+    def asr_units(self) -> bool:
+        """True when the units are an ASR model's tokens (data.tokens or data.bpe_model)."""
+        return self.tokens is not None or self.bpe_model is not None
         object.__setattr__(self, "context_fields", tuple(self.context_fields))
         object.__setattr__(self, "split", tuple(self.split))
 
@@ -215,6 +237,8 @@ class PreparedData:
     dev: tuple[Example, ...]
     # Document ids of each split (written beside the checkpoints for later evaluation).
     split_ids: Mapping[str, tuple[str, ...]]
+    # The ASR token set the units are (data.tokens / data.bpe_model), else None.
+    asr_tokens: AsrTokens | None = None
 
 
 def context_record(doc: Document, variables: Sequence[ContextVariable]) -> dict[str, Any] | None:
@@ -263,17 +287,24 @@ def prepare_data(
     train, dev, test = split_documents(docs, dc.split, dc.stratify_by, dc.split_seed)
     if not train or not dev:
         raise ValueError(f"split {dc.split} of {len(docs)} documents left train or dev empty")
-    if dc.tokenizer is None:
+    asr = None
+    if dc.asr_units:
+        sentences = [s for d in train for s in d.sentences]
+        asr, tokenizer, vocab = asr_vocabulary(dc, data_dir, sentences)
+        units = f"ASR tokens ({asr.describe()})"
+    elif dc.tokenizer is None:
         tokenizer = None
         vocab = build_vocabulary(
             (s for d in train for s in d.sentences), dc.vocab_size, dc.min_count
         )
+        units = "words"
     else:
         if tokenizer is None:
             tokenizer = SubwordTokenizer.train(
                 (s for d in train for s in d.sentences), dc.tokenizer
             )
         vocab = tokenizer.vocabulary(s for d in train for s in d.sentences)
+        units = f"{dc.tokenizer.kind} pieces"
     variables = []
     for name in dc.context_fields:
         counts: dict[str, int] = {}
@@ -299,7 +330,7 @@ def prepare_data(
         len(dev),
         len(test),
         len(vocab),
-        "words" if tokenizer is None else f"{dc.tokenizer.kind} pieces",  # type: ignore[union-attr]
+        units,
         {v.name: len(v.values) for v in variables},
     )
     return PreparedData(
@@ -313,7 +344,45 @@ def prepare_data(
             "dev": tuple(d.doc_id for d in dev),
             "test": tuple(d.doc_id for d in test),
         },
+        asr_tokens=asr,
     )
+
+
+def _data_path(name: str, data_dir: Path) -> Path:
+    return Path(name) if Path(name).is_absolute() else data_dir / name
+
+
+def asr_vocabulary(
+    dc: DataConfig, data_dir: Path, sentences: Sequence[Sequence[str]]
+) -> tuple[AsrTokens, SubwordTokenizer | None, Vocabulary]:
+    """The units of an LM over an ASR model's tokens (data.tokens / data.bpe_model): the token
+    set, the tokenizer that cuts words into them (None: the text's items are the tokens) and the
+    vocabulary ``[<unk>, <s>, </s>] + tokens`` with its counts in ``sentences``."""
+    token_set = load_token_set(
+        None if dc.tokens is None else _data_path(dc.tokens, data_dir),
+        None if dc.bpe_model is None else _data_path(dc.bpe_model, data_dir),
+    )
+    asr = token_set.asr
+    tokenizer = None
+    if token_set.sentencepiece is not None:
+        tokenizer = SubwordTokenizer(token_set.sentencepiece, asr.source)
+    units = asr.lm_tokens()
+    index = {t: i for i, t in enumerate(units)}
+    counts = [0] * len(units)
+    for sentence in sentences:
+        for unit in sentence if tokenizer is None else tokenizer.encode(sentence):
+            counts[index.get(unit, UNK_ID)] += 1
+        counts[EOS_ID] += 1
+    total = sum(counts) - counts[EOS_ID]
+    if total and counts[UNK_ID] / total > 0.05:
+        logger.warning(
+            "%.1f%% of the training text's units are <unk> under %s: is the text normalised as "
+            "the ASR model's transcripts are (case, punctuation)%s?",
+            100 * counts[UNK_ID] / total,
+            asr.source,
+            "" if tokenizer is not None else ", and split into its tokens",
+        )
+    return asr, tokenizer, Vocabulary(units, counts)
 
 
 def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
@@ -517,6 +586,11 @@ def train(
     extra: dict[str, str | bytes] = (
         {} if data.tokenizer is None else {TOKENIZER_FILE: data.tokenizer.model_proto}
     )
+    if data.asr_tokens is not None:  # the token set travels with the checkpoint, for export
+        extra[ASR_TOKENS_FILE] = data.asr_tokens.to_text()
+        kept = checkpoint_asr_tokens(last) if resuming else None
+        if kept is not None:
+            kept.check_same(data.asr_tokens)
     pad_id = data.vocab.eos_id
     model = ContextLSTM(model_config(cfg, data)).to(device)
     # The fused update: one kernel over all parameters (8% of a CPU step at V = 50k).

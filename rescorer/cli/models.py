@@ -205,27 +205,67 @@ def ngram_build(
     show_default=True,
     help="Continue from OUT/last when it exists.",
 )
+@click.option(
+    "--tokens",
+    "tokens_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="An ASR model's tokens.txt ('TOKEN ID' lines, sherpa-onnx/icefall): its tokens are the "
+    "LM's units, so that `export --kind score-token|nll` speaks the ASR's ids (config: "
+    "data.tokens). Without --bpe-model the text's items are the tokens.",
+)
+@click.option(
+    "--bpe-model",
+    "bpe_model",
+    type=EXISTING_FILE,
+    default=None,
+    help="The ASR model's sentencepiece model (bpe.model): it cuts the text into the tokens "
+    "(config: data.bpe_model); with --tokens both must list the same tokens.",
+)
 @handle_errors
-def train_cmd(config_path: Path, out_dir: Path, data_dir: Path | None, resume: bool) -> None:
+def train_cmd(
+    config_path: Path,
+    out_dir: Path,
+    data_dir: Path | None,
+    resume: bool,
+    tokens_path: Path | None,
+    bpe_model: Path | None,
+) -> None:
     """Train a context-aware LSTM language model from a JSON config.
 
     The config has "data", "model" and "train" sections (see lm_models.lstm.train). The best
     checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best.
 
     \b
-    Example:
+    Examples:
       rescorer train brown_factor.json --out models/brown_factor
+      rescorer train lm.json --out exp/lm --tokens asr/tokens.txt --bpe-model asr/bpe.model
     """
+    from dataclasses import replace
+
     from lm_models.lstm.train import TrainConfig, train  # imported here: torch is heavy
     from rescorer.core.data import default_data_dir
 
     show_epochs()
     cfg = TrainConfig.load(config_path)
+    if tokens_path is not None or bpe_model is not None:
+        data = cfg.data
+        if tokens_path is not None:
+            data = replace(data, tokens=str(tokens_path.resolve()))
+        if bpe_model is not None:
+            data = replace(data, bpe_model=str(bpe_model.resolve()))
+        cfg = replace(cfg, data=data)  # a ValueError with data.tokenizer (learns another set)
     result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet())
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "
         f"checkpoint {out_dir / 'best'}"
     )
+    if cfg.data.asr_units:
+        from lm_models.asr_tokens import checkpoint_asr_tokens
+
+        asr = checkpoint_asr_tokens(out_dir / "best")
+        if asr is not None:
+            click.echo(f"units: the ASR model's, {asr.describe()}")
 
 
 # -- classify and inspect (context-aware neural models) ------------------------------------------
@@ -353,7 +393,18 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
     "multi: the same with a context_id input over many contexts; scorer: x, x_lens -> "
     "token_logprobs, sentence_logprob; multi-scorer: the scorer with context_id; nll: "
     "icefall's state-less form for sherpa-onnx's offline LM rescoring (x = tokens without "
-    "<s>/</s>, 0-padded, x_lens -> nll = -log P(<s> tokens </s>)).",
+    "<s>/</s>, 0-padded, x_lens -> nll = -log P(<s> tokens </s>)); score-token: icefall's "
+    "score_token_onnx form for sherpa-onnx's online LM (x, h0, c0 -> log_softmax (N, V) of the "
+    "next token, next_h0, next_c0).",
+)
+@click.option(
+    "--tokens",
+    "tokens_path",
+    type=EXISTING_FILE,
+    default=None,
+    help="score-token and nll: the ASR model's tokens.txt the export must speak; refused (exit 2, "
+    "file:line) unless the checkpoint was trained over exactly these tokens. Default: the "
+    "checkpoint's own asr_tokens.txt when it has one (train --tokens), else the toolkit's ids.",
 )
 @click.option("--author", default="rescorer", show_default=True, help="Metadata model_author.")
 @click.option("--url", default="", help="Metadata url: where the model is described.")
@@ -404,6 +455,7 @@ def export_cmd(
     ppl_text: Path | None,
     author: str,
     url: str,
+    tokens_path: Path | None = None,
 ) -> None:
     """Export a checkpoint to ONNX with its context(s) folded into the weights.
 
@@ -415,7 +467,8 @@ def export_cmd(
       rescorer export exp/factor/best lm.onnx --kind step --context genre=news
       rescorer export exp/factor/best lm_all.onnx --kind multi --quantize int8 --ppl-text dev.txt
       rescorer export exp/factor/best scorer.onnx --kind multi-scorer --contexts ctx.jsonl
-      rescorer export exp/lstm/best lm_nll.onnx --kind nll     # for sherpa-onnx --lm
+      rescorer export exp/lstm/best lm_nll.onnx --kind nll     # sherpa-onnx offline --lm
+      rescorer export exp/lm/best lm.onnx --kind score-token --tokens asr/tokens.txt  # online --lm
     """
     from export.exporter import (  # imported here: torch is heavy
         ExportOptions,
@@ -423,6 +476,8 @@ def export_cmd(
         normalise_record,
         read_context_records,
     )
+    from export.format import DECODER_KINDS
+    from lm_models.asr_tokens import checkpoint_asr_tokens, read_tokens_txt
     from lm_models.checkpoint import load_checkpoint
     from lm_models.lstm.model import ContextLSTM
 
@@ -439,10 +494,23 @@ def export_cmd(
         )
     if ppl_text is not None and quantize is None:
         raise click.UsageError("--ppl-text reports what --quantize costs: give --quantize int8")
+    if tokens_path is not None and kind not in DECODER_KINDS:
+        raise click.UsageError(
+            f"--tokens is for the kinds a decoder loads ({', '.join(DECODER_KINDS)}); --kind "
+            f"{kind} keeps the checkpoint's own ids (for onnx: models)"
+        )
     record = _context_pairs(context_pairs)
     model, tokens, _ = load_checkpoint(checkpoint)
     if not isinstance(model, ContextLSTM):
         raise click.UsageError(f"{checkpoint}: a {type(model).__name__}; export takes ContextLSTM")
+    asr = checkpoint_asr_tokens(checkpoint) if kind in DECODER_KINDS else None
+    if tokens_path is not None:
+        given = read_tokens_txt(tokens_path)
+        if asr is not None:
+            asr.check_same(given)  # the checkpoint's token set; an error names tokens_path:line
+        else:
+            given.check_vocabulary(tokens, f"the checkpoint {checkpoint}")
+        asr = given
     if record is not None:
         try:
             record = normalise_record(model, record)
@@ -451,13 +519,22 @@ def export_cmd(
     records = None
     if contexts_path is not None:
         records = tuple(read_context_records(contexts_path, model))
-    options = ExportOptions(kind=kind, context=record, contexts=records, author=author, url=url)
+    options = ExportOptions(
+        kind=kind, context=record, contexts=records, author=author, url=url, asr_tokens=asr
+    )
     result = export_model(model, tokens, out_path, options)
     n = len(result.contexts)
     click.echo(
         f"wrote {result.path} ({kind}, {n} context{'s' if n != 1 else ''}, "
         f"{result.size_bytes / 2**20:.2f} MiB) and {result.vocab_path}"
     )
+    if asr is not None:
+        click.echo(f"token ids: the ASR model's, {asr.describe()}")
+    elif kind in DECODER_KINDS:
+        click.echo(
+            "token ids: the checkpoint's own (<unk> 0, <s> 1, </s> 2); for an ASR model's ids "
+            "train with --tokens (and export with --tokens)"
+        )
     if check:
         from export.parity import check_parity
 

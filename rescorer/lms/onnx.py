@@ -48,6 +48,7 @@ from export.format import (
     INPUTS,
     NLL_KIND,
     OUTPUTS,
+    SCORE_TOKEN_KIND,
 )
 from export.runtime import OnnxMeta, create_session
 from rescorer.core.context_key import ContextKey, ContextKeys
@@ -113,6 +114,14 @@ class OnnxLM(WordLM):
                 f"{path}: an {NLL_KIND!r} export is the state-less form for sherpa-onnx's "
                 "offline LM rescoring (sentence totals only); score with a step or scorer "
                 "export of the same checkpoint (rescorer export --kind step or scorer)"
+            )
+        if self.meta.kind == SCORE_TOKEN_KIND:
+            raise ValueError(
+                f"{path}: a {SCORE_TOKEN_KIND!r} export is the single-step form for sherpa-onnx's "
+                "online LM and icefall (the next token's log-probabilities only, in "
+                f"{'an ASR model' if self.meta.token_ids == 'asr' else 'the model'}'s ids); score "
+                "with a step or scorer export of the same checkpoint (rescorer export --kind step "
+                "or scorer)"
             )
         self._check_signature(path)
         self.name = name or path.name.split(".")[0] or "onnx"

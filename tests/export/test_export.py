@@ -162,6 +162,23 @@ def test_every_kind_matches_pytorch(
             close(total, ref.sum(dim=1))
             assert np.all(tok[np.arange(x.shape[1] - 1)[None, :] >= (lens - 1)[:, None]] == 0)
 
+    # icefall's score_token_onnx form: the next token's log-probs after x's last position.
+    res = export_model(
+        model, VOCAB, tmp_path / "st.onnx", ExportOptions("score-token", context=record)
+    )
+    sess = session(res.path)
+    for n, length in ((1, 1), (3, 1), (2, 4)):
+        x = rng.integers(0, V, (n, length))
+        h0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+        c0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+        log_probs, h, c = sess.run(None, {"x": x, "h0": h0, "c0": c0})
+        state = (torch.from_numpy(h0), torch.from_numpy(c0))
+        ref, (ref_h, ref_m) = model(torch.from_numpy(x), records_for(model, [record] * n), state)
+        assert log_probs.shape == (n, V)
+        close(log_probs, ref[:, -1])
+        close(h, ref_h)
+        close(c, ref_m)
+
     # icefall's state-less form: tokens only, 0-padded (plus a spare column) -> -log P(sentence).
     res = export_model(model, VOCAB, tmp_path / "nll.onnx", ExportOptions("nll", context=record))
     sess = session(res.path)
@@ -222,6 +239,7 @@ def test_metadata_inputs_and_outputs_are_as_documented(tmp_path: Path) -> None:
         "eos_id": "2",
         "unk_id": "0",
         "pad_id": "2",
+        "token_ids": "toolkit",
         "num_layers": "2",
         "hidden_size": "16",
         "embedding_dim": "12",
@@ -370,6 +388,11 @@ def test_class_factored_output_matches_pytorch(tmp_path: Path, mode: str) -> Non
     # ... and differs from the full softmax over the same logits (the classes matter)
     full, _ = model(torch.from_numpy(x), records_for(model, [record] * 3), state)
     assert np.abs(log_probs[..., keep] - full[..., keep].numpy()).max() > 1e-2
+    one = export_model(
+        classy, VOCAB, tmp_path / "t.onnx", ExportOptions("score-token", context=record)
+    )
+    report = check_parity(classy, one.path)  # <s> at -inf on both sides, the rest within 1e-4
+    assert report.ok and report.kind == "score-token", report.describe()
     scorer = export_model(classy, VOCAB, tmp_path / "m.onnx", ExportOptions("multi-scorer"))
     xs, lens = padded(rng, [3, 0, 5])
     cids = np.array([0, len(scorer.contexts) - 1, 0])
