@@ -97,6 +97,16 @@ def init_world(device: torch.device | str = "cpu") -> World:
     return world
 
 
+def close_world() -> None:
+    """Leave the process group at the end of a run: wait until every process is there (so none
+    exits while another still talks to it: a gloo process torn down under a live peer aborts
+    with "terminate called without an active exception"), then destroy the group. Nothing for
+    a single process."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def current_world() -> World:
     """The running process group as a :class:`World` (one process when there is none)."""
     if not (dist.is_available() and dist.is_initialized()):

@@ -39,6 +39,7 @@ from lm_models.distributed import (
     broadcast_parameters,
     broadcast_value,
     check_same_batches,
+    close_world,
     current_world,
     shard,
 )
@@ -133,6 +134,7 @@ def config_training_main(
     except ValueError as err:
         ap.exit(2, f"error: {err}\n")  # bad input: one line, exit status 2
     result = run(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
+    close_world()  # under torchrun: every process leaves the group together
     logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
 
 
