@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,26 @@ def bucket_batches(
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+PART_SEED_STEP = 1_000_003  # seed of part p: seed + PART_SEED_STEP * p
+
+
+def bucket_parts(
+    parts: Iterable[tuple[int, Sequence[Example]]], batch_tokens: int, seed: int
+) -> Iterator[list[Example]]:
+    """Batches of examples that come in parts (a corpus's shards, read one at a time).
+
+    ``parts`` yields ``(part id, examples)``; each part is cut into batches on its own by
+    :func:`bucket_batches` seeded ``seed + PART_SEED_STEP * part id`` (part 0: ``seed``, so one
+    part gives the batches of :func:`bucket_batches` on it), and its batches are yielded before
+    the next part is drawn; nothing of a part is kept once the next one is asked for.
+    """
+    for part_id, examples in parts:
+        lengths = [len(e) for e in examples]
+        for idxs in bucket_batches(lengths, batch_tokens, seed + PART_SEED_STEP * part_id):
+            yield [examples[i] for i in idxs]
+        del examples  # before `parts` reads the next part
 
 
 def collate(examples: Sequence[Example], pad_id: int) -> Batch:

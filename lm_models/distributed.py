@@ -2,39 +2,48 @@
 
     torchrun --nproc_per_node 2 -m lm_models.fnlm.train CONFIG.json --out DIR
     torchrun --nnodes 2 --node_rank R --master_addr HOST --nproc_per_node 8
-        -m lm_models.lbl.train CONFIG.json --out DIR   # (one command line)
+        -m lm_models.lstm.train CONFIG.json --out DIR   # (one command line)
 
 :func:`lm_models.training.fit` uses what is here whenever a process group of more than one
-process is up (:func:`init_world` starts it from torchrun's environment), so a family's trainer
-needs no code of its own beyond saving its checkpoint on the main process only:
+process is up (:func:`init_world` starts it from torchrun's environment):
 
-- every process starts from the main process's weights (:func:`broadcast_parameters`);
-- each epoch's batches (drawn by every process from the same seeded generator, so the same
-  list everywhere; :func:`check_same_batches` refuses lists that differ) are cut into equal
-  contiguous shares, one per process (:func:`shard`; the last ``len % size`` batches are left
-  out so that every process takes the same number of steps and none waits forever);
+- each process trains on its own share of the data: a trainer keeps every ``size``-th
+  document, sentence or row of the corpus (:func:`share`; the vocabulary is built from the
+  whole corpus first, the same in every process), or reads only its own shards of a sharded
+  corpus (:mod:`lm_models.corpus_shards`), so that its training data take 1/N of the memory;
+- every process starts from the main process's weights (:func:`broadcast_parameters`) and
+  draws its own batches from its own share (its generators seeded with :func:`rank_seed`);
+- every process takes the same number of steps in an epoch, as many as the process with the
+  fewest batches has (:func:`common_steps`; the others' surplus batches sit that epoch out), so
+  that none waits forever in a collective;
 - after each backward pass the gradients are averaged over the processes in one collective
-  (:func:`average_gradients`), as DDP does: with equal-sized batches whose losses are means,
-  a step equals one step on all the processes' batches together;
-- the epoch's loss sums and token counts are summed over the processes, and the main process's
-  dev value decides early stopping everywhere (:func:`broadcast_value`).
+  (:func:`average_gradients`), as DDP does: with equal-sized batches whose losses are means, a
+  step equals one step on all the processes' batches together;
+- the dev set is scored in parts, each process its share of the dev batches (:func:`share`,
+  :func:`share_slices`), and the sums (log-likelihood, tokens) are added over the processes
+  (:func:`all_sum`): every process gets the value one process computes, up to the order of the
+  float64 additions (:func:`lm_models.training.fit` checks that the processes agree);
+- the epoch's loss sums and token counts are summed over the processes.
 
-CPU processes use the gloo backend, CUDA ones NCCL. Everything here is a no-op in a single
-process, so single-process numerics do not change.
+What differs from one process is the batches: they are formed within each process's share, so
+their composition and order are not those of one process, and a step averages N batches (N
+times the batch size). CPU processes use the gloo backend, CUDA ones NCCL. Everything here is a
+no-op in a single process, so single-process numerics do not change.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from rescorer.core.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +77,10 @@ class World:
         return self.size > 1
 
 
+ONE_PROCESS = World()
+"""The world of a process that trains alone (the default of the functions that take one)."""
+
+
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     if value is None or value == "":
@@ -86,12 +99,29 @@ def world_from_env() -> World:
     return World(_env_int("RANK", 0), _env_int("WORLD_SIZE", 1), _env_int("LOCAL_RANK", 0))
 
 
+def process_device(spec: str | torch.device | None) -> torch.device:
+    """The device this process trains on: :func:`rescorer.core.device.resolve_device` with
+    torchrun's ``LOCAL_RANK``, and a CUDA device named without an index (``"cuda"``) taken as
+    this process's own GPU, ``cuda:LOCAL_RANK`` (``cuda:0`` in one process)."""
+    local = world_from_env().local_rank
+    device = resolve_device(spec, local)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", local)
+    return device
+
+
 def init_world(device: torch.device | str = "cpu") -> World:
     """Join the process group torchrun set up (gloo on the CPU, NCCL on CUDA) and return this
-    process's :class:`World`; a single process joins nothing."""
+    process's :class:`World`; a single process joins nothing, and a process already in a group
+    (started by its caller) stays in it."""
+    if dist.is_available() and dist.is_initialized():
+        return current_world()
     world = world_from_env()
-    if world.parallel and not dist.is_initialized():
-        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    if world.parallel:
+        device = torch.device(device)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # where NCCL's object collectives put their tensors
         dist.init_process_group(backend=backend)
         logger.info("process %d of %d joined the %s process group", world.rank, world.size, backend)
     return world
@@ -114,12 +144,89 @@ def current_world() -> World:
     return World(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK", 0))
 
 
-def shard(items: Sequence[T], world: World) -> list[T]:
-    """This process's equal contiguous share of ``items`` (the remainder is left out)."""
+def barrier(world: World) -> None:
+    """Wait until every process is here (nothing in one process)."""
+    if world.parallel:
+        dist.barrier()
+
+
+# -- shares of the data and of the steps ----------------------------------------------------------
+
+
+def share(items: Sequence[T], world: World) -> list[T]:
+    """This process's share of ``items``: those at ``rank``, ``rank + size``, ...
+
+    The shares are disjoint and cover every item; their sizes differ by at most one. Taken in
+    turn rather than in blocks, so that each share samples the whole (a corpus ordered by genre
+    or by length gives every process some of each).
+    """
     if not world.parallel:
         return list(items)
-    per = len(items) // world.size
-    return list(items[world.rank * per : (world.rank + 1) * per])
+    return list(items[world.rank :: world.size])
+
+
+def share_slices(n: int, block: int, world: World) -> list[slice]:
+    """This process's blocks of ``range(n)``: block k (rows ``k * block`` up to
+    ``(k + 1) * block``) belongs to process ``k mod size``. A scorer that runs in batches of
+    ``block`` rows forms the same batches on a process's blocks as one process on all rows."""
+    if n < 0 or block < 1:
+        raise ValueError(f"expected n >= 0 and block >= 1, got n {n}, block {block}")
+    return [
+        slice(lo, min(lo + block, n)) for lo in range(world.rank * block, n, world.size * block)
+    ]
+
+
+def rank_seed(seed: int, world: World) -> int:
+    """The seed of this process's own draws (the order of its data, its dropout, its noise):
+    ``seed`` itself on the main process, so that one process draws as it always did, and a
+    different one on each other process, so that theirs do not repeat the main one's."""
+    return seed + 1_000_003 * world.rank
+
+
+def seed_process(seed: int, world: World) -> None:
+    """Under torchrun, reseed torch's global generator (dropout) with :func:`rank_seed`; call it
+    once the model is built (its weights come from the main process). Nothing in one process."""
+    if world.parallel:
+        torch.manual_seed(rank_seed(seed, world))
+
+
+_END = object()
+
+
+def common_steps(batches: Iterable[T], world: World) -> Iterable[T]:
+    """This process's batches of an epoch, cut to the number that every process has.
+
+    A sequence is cut at once, to the shortest process's length (one collective); any other
+    iterable is drawn lazily and ends as soon as one process has no batch left (one small
+    collective per batch). In one process the batches are returned as they are.
+    """
+    if not world.parallel:
+        return batches
+    if isinstance(batches, Sequence):
+        counts = [int(c) for c in all_gather_values(len(batches), world)]
+        n = min(counts)
+        if world.is_main and sum(counts) > n * world.size:
+            logger.info(
+                "batches per process %s: %d steps each, %d batches left out this epoch",
+                counts,
+                n,
+                sum(counts) - n * world.size,
+            )
+        return list(batches[:n])
+    return _while_every_process_has(iter(batches), world)
+
+
+def _while_every_process_has(batches: Iterator[T], world: World) -> Iterator[T]:
+    while True:
+        batch = next(batches, _END)
+        if all_min(0 if batch is _END else 1, world) == 0:
+            if batch is not _END:
+                logger.debug("process %d: batches left out, another process ran out", world.rank)
+            return
+        yield batch  # type: ignore[misc]
+
+
+# -- collectives ----------------------------------------------------------------------------------
 
 
 def _device_of(module_or_tensor: nn.Module | torch.Tensor) -> torch.device:
@@ -127,6 +234,13 @@ def _device_of(module_or_tensor: nn.Module | torch.Tensor) -> torch.device:
         return module_or_tensor.device
     first = next(iter(module_or_tensor.parameters()), None)
     return torch.device("cpu") if first is None else first.device
+
+
+def _collective_device(world: World) -> torch.device:
+    """Where small collective tensors live: the process's GPU under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", world.local_rank)
+    return torch.device("cpu")
 
 
 def broadcast_parameters(module: nn.Module, world: World) -> None:
@@ -142,81 +256,76 @@ def average_gradients(params: Sequence[nn.Parameter], world: World) -> None:
     """Average the gradients of ``params`` over the processes, in one all-reduce.
 
     A parameter without a gradient on some process (not used by its batch) counts as a zero
-    gradient there, so every process takes part in the same collective.
+    gradient there, so every process takes part in the same collective; one without a gradient
+    on every process keeps none (the optimizer skips it, as in one process).
     """
     if not world.parallel or not params:
         return
     device = _device_of(params[0])
-    grads = [
-        p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), device=device)
+    dtype = torch.promote_types(torch.float32, params[0].dtype)
+    pieces = [
+        p.grad.reshape(-1).to(dtype)
+        if p.grad is not None
+        else torch.zeros(p.numel(), device=device, dtype=dtype)
         for p in params
     ]
-    dtype = torch.promote_types(torch.float32, grads[0].dtype)
-    flat = torch.cat([g.to(dtype) for g in grads])
+    had = torch.tensor([p.grad is not None for p in params], dtype=dtype, device=device)
+    flat = torch.cat([*pieces, had])
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     flat /= world.size
     offset = 0
-    for p in params:
+    for k, p in enumerate(params):
         n = p.numel()
         piece = flat[offset : offset + n].view_as(p).to(p.dtype)
-        if p.grad is None:
-            p.grad = piece.clone()
-        else:
-            p.grad.copy_(piece)
         offset += n
+        if p.grad is not None:
+            p.grad.copy_(piece)
+        elif flat[-len(params) + k] > 0:
+            p.grad = piece.clone()
 
 
 def all_sum(values: Iterable[float], world: World) -> list[float]:
-    """Each value summed over the processes (float64)."""
+    """Each value summed over the processes (float64; the same result in every process)."""
     values = [float(v) for v in values]
     if not world.parallel:
         return values
-    device = torch.device("cuda", world.local_rank) if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor(values, dtype=torch.float64, device=device)
+    t = torch.tensor(values, dtype=torch.float64, device=_collective_device(world))
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.cpu().tolist()
 
 
-def broadcast_value(value: float, world: World) -> float:
-    """The main process's ``value`` on every process."""
+def all_min(value: int, world: World) -> int:
+    """The smallest of the processes' ``value``."""
     if not world.parallel:
-        return float(value)
-    device = torch.device("cuda", world.local_rank) if dist.get_backend() == "nccl" else "cpu"
-    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
-    dist.broadcast(t, src=0)
-    return float(t.item())
+        return int(value)
+    t = torch.tensor([int(value)], dtype=torch.int64, device=_collective_device(world))
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
 
 
-def fingerprint(batches: Sequence[Any]) -> str:
-    """A digest of a list of batches (tensors, nested lists/tuples of ints, strings)."""
-    h = hashlib.blake2b(digest_size=16)
-
-    def add(x: Any) -> None:
-        if isinstance(x, torch.Tensor):
-            h.update(str((tuple(x.shape), str(x.dtype))).encode())
-            h.update(x.detach().cpu().contiguous().numpy().tobytes())
-        elif isinstance(x, (list, tuple)):
-            h.update(b"[%d" % len(x))
-            for y in x:
-                add(y)
-            h.update(b"]")
-        else:
-            h.update(repr(x).encode())
-
-    add(list(batches))
-    return h.hexdigest()
-
-
-def check_same_batches(batches: Sequence[Any], world: World, epoch: int) -> None:
-    """ValueError unless every process drew the same list of batches for ``epoch``."""
+def all_gather_values(value: float, world: World) -> list[float]:
+    """Every process's ``value``, in rank order (float64)."""
     if not world.parallel:
-        return
-    mine = fingerprint(batches)
+        return [float(value)]
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_collective_device(world))
+    out = [torch.zeros_like(t) for _ in range(world.size)]
+    dist.all_gather(out, t)
+    return [float(x.item()) for x in out]
+
+
+def all_gather_objects(obj: Any, world: World) -> list[Any]:
+    """Every process's picklable ``obj``, in rank order (e.g. word counts to merge)."""
+    if not world.parallel:
+        return [obj]
     everyone: list[Any] = [None] * world.size
-    dist.all_gather_object(everyone, mine)
-    if len(set(everyone)) != 1:
-        raise ValueError(
-            f"epoch {epoch}: the processes drew different batches (digests {everyone}); "
-            "data-parallel training needs each epoch's batch list drawn from a generator seeded "
-            "the same way in every process"
-        )
+    dist.all_gather_object(everyone, obj)
+    return everyone
+
+
+def broadcast_object(obj: Any, world: World) -> Any:
+    """The main process's picklable ``obj`` in every process (what the others pass is unused)."""
+    if not world.parallel:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

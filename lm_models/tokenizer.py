@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -180,4 +180,14 @@ class SubwordTokenizer:
                 for i in self.word_ids(word):
                     counts[i] += 1
             counts[2] += 1  # </s>
+        return Vocabulary(self.pieces, counts)
+
+    def vocabulary_of_counts(self, word_counts: Mapping[str, int], sentences: int) -> Vocabulary:
+        """:meth:`vocabulary` from the words' counts and the number of sentences (a corpus
+        counted in one streaming pass): the same counts as over the sentences themselves."""
+        counts = [0] * len(self.pieces)
+        for word, n in word_counts.items():
+            for i in self.word_ids(word):
+                counts[i] += n
+        counts[2] += sentences  # </s>
         return Vocabulary(self.pieces, counts)

@@ -34,14 +34,13 @@ from tqdm import tqdm
 
 from lm_models.distributed import (
     World,
+    all_gather_values,
     all_sum,
     average_gradients,
     broadcast_parameters,
-    broadcast_value,
-    check_same_batches,
     close_world,
+    common_steps,
     current_world,
-    shard,
 )
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_fields, read_json
@@ -223,8 +222,9 @@ class FitOptions:
     progress: bool = True
     # Names the run in the log lines and the progress bar (e.g. "FNLM").
     name: str = "train"
-    # Under torchrun, share each epoch's batches among the processes and average their
-    # gradients (lm_models.distributed); False for a trainer that does its own (the LSTM's DDP).
+    # Inside a process group (torchrun), train data-parallel (lm_models.distributed): every
+    # process its own batches, as many steps each, gradients averaged. False: this process
+    # trains alone even in a group.
     data_parallel: bool = True
 
     def __post_init__(self) -> None:
@@ -348,6 +348,41 @@ class TrainRun:
         }
 
 
+def _agree(values: Sequence[float], rel_tol: float) -> bool:
+    """Whether the processes' values are the same (within ``rel_tol``; NaN as NaN)."""
+    first = values[0]
+    return all(
+        (math.isnan(v) and math.isnan(first)) or math.isclose(v, first, rel_tol=rel_tol)
+        for v in values
+    )
+
+
+def _agreed_dev_value(value: float, world: World, epoch: int) -> float:
+    """The dev value, which every process must have computed alike: each scores its share of
+    the dev set and the sums are added (lm_models.distributed). ValueError when they differ."""
+    values = all_gather_values(value, world)
+    if not _agree(values, 1e-6):
+        raise ValueError(
+            f"epoch {epoch}: the processes' dev values differ ({values}); a family's dev "
+            "evaluation under torchrun must add up each process's share over all of them "
+            "(lm_models.distributed.all_sum)"
+        )
+    return values[0]
+
+
+def _check_same_weights(params: Sequence[nn.Parameter], world: World, epoch: int) -> None:
+    """ValueError unless the trained parameters are the same in every process (a checksum):
+    what a step that did not average its gradients would break."""
+    with torch.no_grad():
+        mine = sum(float(p.detach().double().sum()) for p in params)
+    values = all_gather_values(mine, world)
+    if not _agree(values, 1e-9):
+        raise ValueError(
+            f"epoch {epoch}: the processes' weights differ (checksums {values}): their "
+            "gradients must be averaged every step (lm_models.distributed.average_gradients)"
+        )
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -376,6 +411,13 @@ def fit(
     ``options.patience``, ``options.lr_decay`` and ``initial_dev_ppl``); ``on_epoch_end(record,
     keeper)`` runs after each epoch's early-stopping update (e.g. to save checkpoints; the epoch
     improved when ``keeper.best_epoch == record.epoch``).
+
+    Inside a process group (torchrun, :mod:`lm_models.distributed`) every process passes its
+    own batches (drawn from its share of the data) and takes as many steps as the process with
+    the fewest; the gradients are averaged after each backward pass, and ``evaluate_fn`` must
+    return the value of the whole dev set in every process (each scoring its share, the sums
+    added over the processes); a difference between the processes is a ValueError. The
+    record's loss and tokens are totals over the processes, its steps each process's.
     """
     t_start = time.perf_counter()
     world = current_world() if options.data_parallel else World()
@@ -391,10 +433,8 @@ def fit(
             break
         (train_mode or model.train)()
         batches = epoch_batches_fn(epoch)
-        if world.parallel:  # each process its equal share of the same list
-            batches = list(batches)
-            check_same_batches(batches, world, epoch)
-            batches = shard(batches, world)
+        if world.parallel:  # this process's own batches, as many as every process has
+            batches = common_steps(batches, world)
         total = len(batches) if isinstance(batches, Sequence) else None
         if total is not None and cap is not None:
             total = min(total, cap)
@@ -436,10 +476,11 @@ def fit(
         dev = evaluate_fn()
         if not isinstance(dev, DevResult):
             dev = DevResult(float(dev))
-        if world.parallel:  # totals over the processes; the main process's dev value decides
-            loss_sum, count, tokens, steps = all_sum((loss_sum, count, tokens, steps), world)
-            count, tokens, steps = int(count), int(tokens), int(steps) // world.size
-            dev = DevResult(broadcast_value(dev.dev_ppl, world), dev.extra)
+        if world.parallel:  # totals over the processes; each process took `steps` steps
+            loss_sum, count, tokens = all_sum((loss_sum, count, tokens), world)
+            count, tokens = int(count), int(tokens)
+            dev = DevResult(_agreed_dev_value(dev.dev_ppl, world, epoch), dev.extra)
+            _check_same_weights(params, world, epoch)
         record = EpochRecord(
             epoch=epoch,
             train_loss=loss_sum / max(count, 1),

@@ -25,6 +25,13 @@ pretrained encoder runs once per distinct string. Optimisation follows section 6
 AdamW with a one-cycle learning-rate schedule and gradient clipping; batches hold up to
 ``max_tokens`` target tokens of sentences of similar length. After each epoch the dev
 perplexity decides which epoch's weights are kept. All log-likelihoods are natural logs.
+
+Data-parallel training (:mod:`lm_models.distributed`): a stage called in every process under
+torchrun (each process passing the same data) trains on the process's share of the training
+sentences (:func:`share_data`), draws its batches and its proxy noise from its own generator,
+takes as many steps as the process with the fewest batches and averages the gradients every
+step through :func:`lm_models.training.fit`; the dev value is computed in shares of the dev
+batches whose sums are added over the processes, so every process keeps the same epoch.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +55,19 @@ from lm_models.cue.model import (
     render_context,
     unigram_distributions,
 )
-from lm_models.distributed import world_from_env
+from lm_models.distributed import (
+    ONE_PROCESS,
+    World,
+    all_min,
+    all_sum,
+    init_world,
+    process_device,
+    rank_seed,
+    seed_process,
+    share,
+)
 from lm_models.training import FitOptions, Step, fit
 from lm_models.vocab import Vocabulary
-from rescorer.core.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +151,15 @@ def make_data(
     rows = tuple(tuple(cache.index(ss)) for ss in strings)
     ids = tuple(np.asarray(vocab.encode(s), dtype=np.int64) for s in sentences)
     return CUEData(ids, rows, cache.table())
+
+
+def share_data(data: CUEData, world: World) -> CUEData:
+    """This process's share of the sentences (every N-th; all of them in one process)."""
+    if not world.parallel:
+        return data
+    return CUEData(
+        tuple(share(data.sentences, world)), tuple(share(data.contexts, world)), data.table
+    )
 
 
 def with_table(data: CUEData, table: np.ndarray) -> CUEData:
@@ -279,6 +304,8 @@ class EpochLog:
     # Dev perplexity after the epoch (dev KL for the proxy auto-encoder).
     dev: float
     seconds: float
+    # Optimizer steps (each process's, under torchrun).
+    steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -313,30 +340,35 @@ def one_cycle(
 def _fit(
     model: nn.Module,
     params: list[nn.Parameter],
-    steps: Callable[[torch.Generator], Iterator[tuple[Tensor, int]]],
-    steps_per_epoch: int,
+    train: CUEData,
+    loss_of: Callable[[list[int], torch.Generator], tuple[Tensor, int]],
     dev: Callable[[], float],
     opts: CUETrainOptions,
     set_mode: Callable[[], None],
     what: str,
+    world: World,
 ) -> StageResult:
-    """Generic loop: ``steps`` yields (summed loss, count) per batch; keep the best dev epoch."""
-    if world_from_env().parallel:
-        # Its batches are computed losses drawn lazily from one generator that the proxy noise
-        # also draws from: not a list every process can draw alike (lm_models.distributed).
-        raise ValueError(
-            "CUE training runs in one process; data-parallel training under torchrun covers "
-            "the LSTM family, the FNLM and the LBL"
-        )
+    """The loop of every stage: ``loss_of(batch, generator)`` gives a batch's summed loss and
+    its count (tokens; sentences for the auto-encoder); the best dev epoch is kept.
+
+    ``train`` is this process's share under torchrun: its batches are drawn from its own
+    generator (seeded with :func:`lm_models.distributed.rank_seed`), every process takes as
+    many steps as the one with the fewest batches (which sets the one-cycle schedule's length
+    everywhere) and the gradients are averaged (:func:`lm_models.training.fit`).
+    """
     t_start = time.perf_counter()
-    gen = torch.Generator().manual_seed(opts.seed)
+    gen = torch.Generator().manual_seed(rank_seed(opts.seed, world))
     torch.manual_seed(opts.seed)
+    seed_process(opts.seed, world)  # dropout: each process its own draws
     optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
+    steps_per_epoch = all_min(len(batch_indices(train, opts.max_tokens)), world)
+    if opts.max_steps is not None:
+        steps_per_epoch = min(steps_per_epoch, opts.max_steps)
     schedule = one_cycle(optimizer, opts.lr, steps_per_epoch * opts.epochs)
     initial = dev()
 
-    def step(out: tuple[Tensor, int]) -> Step:
-        loss, k = out
+    def step(batch: list[int]) -> Step:
+        loss, k = loss_of(batch, gen)
         return Step(loss / max(k, 1), loss.detach(), k)
 
     fit_options = FitOptions(
@@ -346,13 +378,12 @@ def _fit(
         grad_clip=opts.clip,
         progress=False,
         name=what,
-        data_parallel=False,
     )
     fitted = fit(
         model,
         optimizer,
         step,
-        lambda epoch: steps(gen),
+        lambda epoch: batch_indices(train, opts.max_tokens, gen),
         dev,
         fit_options,
         scheduler=schedule,
@@ -366,7 +397,7 @@ def _fit(
         fitted.best_epoch,
         initial,
         tuple(
-            EpochLog(e.epoch, e.train_loss, e.dev_ppl, e.seconds + e.dev_seconds)
+            EpochLog(e.epoch, e.train_loss, e.dev_ppl, e.seconds + e.dev_seconds, e.steps)
             for e in fitted.epochs
         ),
         sum(p.numel() for p in params),
@@ -374,69 +405,76 @@ def _fit(
     )
 
 
-def _batches_in_epoch(n_batches: int, opts: CUETrainOptions) -> int:
-    return n_batches if opts.max_steps is None else min(n_batches, opts.max_steps)
-
-
 @torch.no_grad()
-def sentence_lm_perplexity(model: SentenceLM, data: CUEData, max_tokens: int = 8192) -> float:
-    """Perplexity of the sentence LM alone (every token, </s> included; <unk> as a word)."""
+def sentence_lm_perplexity(
+    model: SentenceLM, data: CUEData, max_tokens: int = 8192, world: World = ONE_PROCESS
+) -> float:
+    """Perplexity of the sentence LM alone (every token, </s> included; <unk> as a word).
+
+    Under torchrun (``world``) each process scores its share of the batches and the sums are
+    added over the processes (the same value everywhere)."""
     model.eval()
     device = next(model.parameters()).device
     nll, n = 0.0, 0
-    for idx in batch_indices(data, max_tokens):
+    for idx in share(batch_indices(data, max_tokens), world):
         inputs, targets = encode_batch([data.sentences[i] for i in idx], device)
         nll -= float(gather_targets(model(inputs), targets).sum())
         n += int((targets >= 0).sum())
+    nll, n = all_sum((nll, n), world)
     return math.exp(nll / max(n, 1))
 
 
 def train_sentence_lm(
     model: SentenceLM, train: CUEData, dev: CUEData, opts: CUETrainOptions
 ) -> StageResult:
-    """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored)."""
-    device = resolve_device(opts.device)
+    """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored).
+
+    Under torchrun every process passes the same data and trains on its share of ``train``
+    (:func:`share_data`); the dev set is scored in shares."""
+    device = process_device(opts.device)
+    world = init_world(device)
     model.to(device)
     params = list(model.parameters())
     for p in params:
         p.requires_grad_(True)
+    mine = share_data(train, world)
 
-    def steps(gen: torch.Generator) -> Iterator[tuple[Tensor, int]]:
-        for idx in batch_indices(train, opts.max_tokens, gen):
-            inputs, targets = encode_batch([train.sentences[i] for i in idx], device)
-            yield -gather_targets(model(inputs), targets).sum(), int((targets >= 0).sum())
+    def loss_of(idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
+        inputs, targets = encode_batch([mine.sentences[i] for i in idx], device)
+        return -gather_targets(model(inputs), targets).sum(), int((targets >= 0).sum())
 
-    n = _batches_in_epoch(len(batch_indices(train, opts.max_tokens)), opts)
     return _fit(
         model,
         params,
-        steps,
-        n,
-        lambda: sentence_lm_perplexity(model, dev),
+        mine,
+        loss_of,
+        lambda: sentence_lm_perplexity(model, dev, world=world),
         opts,
         model.train,
         "sentence LM",
+        world,
     )
 
 
-def _unigram_batches(
-    data: CUEData, max_tokens: int, device: torch.device, gen: torch.Generator | None
-) -> Iterator[Tensor]:
-    for idx in batch_indices(data, max_tokens, gen):
-        yield encode_batch([data.sentences[i] for i in idx], device)[1]
+def _unigram_targets(data: CUEData, idx: Sequence[int], device: torch.device) -> Tensor:
+    return encode_batch([data.sentences[i] for i in idx], device)[1]
 
 
 @torch.no_grad()
-def proxy_kl(model: CUEModel, data: CUEData, max_tokens: int = 8192) -> float:
-    """Mean KL(P~ || F(P~)) per sentence (nats) of the proxy auto-encoder on ``data``."""
+def proxy_kl(
+    model: CUEModel, data: CUEData, max_tokens: int = 8192, world: World = ONE_PROCESS
+) -> float:
+    """Mean KL(P~ || F(P~)) per sentence (nats) of the proxy auto-encoder on ``data`` (under
+    torchrun, each process its share of the batches, the sums added over the processes)."""
     if model.proxy is None:
         raise ValueError("the model has no proxy auto-encoder")
     model.eval()
     device = next(model.parameters()).device
     total = 0.0
-    for targets in _unigram_batches(data, max_tokens, device, None):
-        p = unigram_distributions(targets, model.config.vocab_size)
+    for idx in share(batch_indices(data, max_tokens), world):
+        p = unigram_distributions(_unigram_targets(data, idx, device), model.config.vocab_size)
         total += float(model.proxy.kl(p, model.proxy(p)).sum())
+    (total,) = all_sum((total,), world)
     return total / max(len(data.sentences), 1)
 
 
@@ -447,22 +485,30 @@ def train_proxy_autoencoder(
     if model.proxy is None:
         raise ValueError("the model has no proxy auto-encoder (proxy_dim = 0)")
     proxy = model.proxy
-    device = resolve_device(opts.device)
+    device = process_device(opts.device)
+    world = init_world(device)
     model.to(device)
     for p in model.parameters():
         p.requires_grad_(False)
     params = list(proxy.parameters())
     for p in params:
         p.requires_grad_(True)
+    mine = share_data(train, world)
 
-    def steps(gen: torch.Generator) -> Iterator[tuple[Tensor, int]]:
-        for targets in _unigram_batches(train, opts.max_tokens, device, gen):
-            p = unigram_distributions(targets, model.config.vocab_size)
-            yield proxy.kl(p, proxy(p)).sum(), len(p)
+    def loss_of(idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
+        p = unigram_distributions(_unigram_targets(mine, idx, device), model.config.vocab_size)
+        return proxy.kl(p, proxy(p)).sum(), len(p)
 
-    n = _batches_in_epoch(len(batch_indices(train, opts.max_tokens)), opts)
     return _fit(
-        model, params, steps, n, lambda: proxy_kl(model, dev), opts, proxy.train, "proxy AE"
+        model,
+        params,
+        mine,
+        loss_of,
+        lambda: proxy_kl(model, dev, world=world),
+        opts,
+        proxy.train,
+        "proxy AE",
+        world,
     )
 
 
@@ -485,21 +531,27 @@ def cue_perplexity(
     sigma: float = 0.0,
     seed: int = 0,
     max_tokens: int = 8192,
+    world: World = ONE_PROCESS,
 ) -> float:
     """Perplexity of the CUE model on ``data`` (every token, </s> included; natural logs).
 
     ``source="proxy"`` scores with the proxy of each sentence's own words (the paper's
-    "cheating" row), noise from a generator seeded with ``seed``.
+    "cheating" row), the noise of batch b drawn from a generator seeded with ``seed`` and b (so
+    that it does not depend on which process scores the batch). Under torchrun (``world``) each
+    process scores its share of the batches and the sums are added over the processes.
     """
     model.eval()
     device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = torch.Generator(device=device)
+    batches = list(enumerate(batch_indices(data, max_tokens)))
     nll, n = 0.0, 0
-    for idx in batch_indices(data, max_tokens):
+    for b, idx in share(batches, world):
+        gen.manual_seed(seed * 1_000_003 + b)
         batch = make_batch(data, idx, device)
         cue = batch_cue(model, batch, source, sigma, gen)
         nll -= float(gather_targets(model(batch.inputs, cue), batch.targets).sum())
         n += int((batch.targets >= 0).sum())
+    nll, n = all_sum((nll, n), world)
     return math.exp(nll / max(n, 1))
 
 
@@ -509,8 +561,11 @@ def train_cue(
     """Train the parts ``mode`` names (module docstring); the best dev epoch is kept.
 
     Dev perplexity uses the same CUE source as training (the proxy with noise for ``proxy``).
+    Under torchrun every process passes the same data and trains on its share of ``train``
+    (:func:`share_data`); the dev set is scored in shares.
     """
-    device = resolve_device(opts.device)
+    device = process_device(opts.device)
+    world = init_world(device)
     model.to(device)
     params = set_trainable(model, mode)
     source = "proxy" if mode == "proxy" else "context"
@@ -519,22 +574,22 @@ def train_cue(
             f"string vectors have {train.table.shape[1]} dims, the model takes "
             f"{model.config.context_dim}"
         )
+    mine = share_data(train, world)
 
-    def steps(gen: torch.Generator) -> Iterator[tuple[Tensor, int]]:
-        for idx in batch_indices(train, opts.max_tokens, gen):
-            batch = make_batch(train, idx, device)
-            cue = batch_cue(model, batch, source, opts.sigma, gen)
-            lp = gather_targets(model(batch.inputs, cue), batch.targets)
-            yield -lp.sum(), int((batch.targets >= 0).sum())
+    def loss_of(idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
+        batch = make_batch(mine, idx, device)
+        cue = batch_cue(model, batch, source, opts.sigma, gen)
+        lp = gather_targets(model(batch.inputs, cue), batch.targets)
+        return -lp.sum(), int((batch.targets >= 0).sum())
 
-    n = _batches_in_epoch(len(batch_indices(train, opts.max_tokens)), opts)
     return _fit(
         model,
         params,
-        steps,
-        n,
-        lambda: cue_perplexity(model, dev, source, opts.sigma, opts.seed),
+        mine,
+        loss_of,
+        lambda: cue_perplexity(model, dev, source, opts.sigma, opts.seed, world=world),
         opts,
         lambda: _train_mode(model, mode),
         f"CUE {mode}",
+        world,
     )

@@ -314,6 +314,12 @@ class EncodedTokens:
     # Tokens per sentence (words + 1).
     lengths: tuple[int, ...]
 
+    def rows(self, rows: slice | np.ndarray) -> EncodedTokens:
+        """Some of the tokens (sentence lengths dropped)."""
+        return EncodedTokens(
+            self.history[rows], self.targets[rows], self.log_extra[rows], self.oov[rows], ()
+        )
+
 
 class FactoredLM:
     """An FNLM with its factor encoder, output vocabulary and training word counts."""
@@ -388,6 +394,13 @@ class FactoredLM:
             tuple(lengths),
         )
 
+    def score_rows(self, batch_size: int = 4096) -> int:
+        """Rows per batch of :meth:`score_encoded`: at most ``batch_size``, fewer so that the
+        per-batch output work (the logits of a class, or of the vocabulary) stays bounded."""
+        output = self.model.output
+        width = max(output.sizes) if isinstance(output, ClassFactoredSoftmax) else output.vocab_size
+        return max(1, min(batch_size, SCORE_BUDGET // width))
+
     @torch.no_grad()
     def score_encoded(
         self, enc: EncodedTokens, strategy: str | None = None, batch_size: int = 4096
@@ -397,10 +410,7 @@ class FactoredLM:
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
-        # Keep the per-batch output work (the logits of a class, or of the vocabulary) bounded.
-        output = model.output
-        width = max(output.sizes) if isinstance(output, ClassFactoredSoftmax) else output.vocab_size
-        batch_size = max(1, min(batch_size, SCORE_BUDGET // width))
+        batch_size = self.score_rows(batch_size)
         out = np.empty(len(enc.targets), dtype=np.float64)
         for lo in range(0, len(out), batch_size):
             hist = torch.from_numpy(enc.history[lo : lo + batch_size]).to(device)

@@ -38,7 +38,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,14 @@ import torch
 
 from lm_models.conllu import read_conllu
 from lm_models.corpora import read_brown_tagged, split_documents
-from lm_models.distributed import init_world, world_from_env
+from lm_models.distributed import (
+    all_sum,
+    init_world,
+    process_device,
+    rank_seed,
+    seed_process,
+    share_slices,
+)
 from lm_models.fnlm.factors import (
     FactorEncoder,
     FactorSettings,
@@ -72,7 +79,6 @@ from lm_models.training import (
 )
 from lm_models.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
 from lm_models.word_classes import brown_classes, frequency_classes
-from rescorer.core.device import resolve_device
 from rescorer.core.io import read_lines
 
 logger = logging.getLogger(__name__)
@@ -340,32 +346,37 @@ def train_fnlm(
     """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
     t_start = time.perf_counter()
     opts = cfg.train
-    world = world_from_env()
-    device = resolve_device(opts.device, world.local_rank)
-    world = init_world(device)  # under torchrun: fit shares the batches (lm_models.distributed)
+    device = process_device(opts.device)
+    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
     train_sents, dev_sents = read_train_dev(cfg.data, data_dir)
     if not train_sents or not dev_sents:
         raise ValueError(
             f"need training and dev sentences, got {len(train_sents)} and {len(dev_sents)}"
         )
-    lm, summary = build_lm(cfg, train_sents)
+    lm, summary = build_lm(cfg, train_sents)  # from every training sentence, in every process
     model = lm.model.to(device)
+    seed_process(opts.seed, world)  # dropout: each process its own draws
     logger.info("FNLM data and model: %s", summary)
     enc = lm.encode(train_sents)
+    del train_sents
     dev = lm.encode(dev_sents)
-    known = ~dev.oov
     n = len(enc.targets)
     patterns = np.concatenate([enc.history.reshape(n, -1), enc.targets[:, None]], axis=1)
-    weights = torch.from_numpy(flattening_weights(patterns, opts.flatten_alpha)).float()
-    history = torch.from_numpy(enc.history)
-    targets = torch.from_numpy(enc.targets)
+    weights = flattening_weights(patterns, opts.flatten_alpha)  # counts over the whole corpus
+    del patterns
+    # This process's share of the rows (every N-th), copied so that the rest can go.
+    mine = slice(world.rank, None, world.size)
+    history = torch.from_numpy(np.ascontiguousarray(enc.history[mine]))
+    targets = torch.from_numpy(np.ascontiguousarray(enc.targets[mine]))
+    weights = torch.from_numpy(np.ascontiguousarray(weights[mine])).float()
+    del enc
+    rows = len(targets)
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
-    gen = torch.Generator().manual_seed(opts.seed)
+    gen = torch.Generator().manual_seed(rank_seed(opts.seed, world))
 
-    def epoch_batches(epoch: int) -> Iterator[torch.Tensor]:
-        perm = torch.randperm(n, generator=gen)
-        return (perm[lo : lo + opts.batch_size] for lo in range(0, n, opts.batch_size))
+    def epoch_batches(epoch: int) -> list[torch.Tensor]:
+        return list(torch.randperm(rows, generator=gen).split(opts.batch_size))
 
     def step(idx: torch.Tensor) -> Step:
         hist, tgt, w = history[idx].to(device), targets[idx].to(device), weights[idx].to(device)
@@ -373,9 +384,18 @@ def train_fnlm(
         loss = nll + opts.l2 * _l2_penalty(model) if opts.l2 > 0 else nll
         return Step(loss, float(nll.detach()) * len(idx), len(idx))
 
+    block = lm.score_rows()
+
     def evaluate() -> DevResult:
-        dev_lp = lm.score_encoded(dev)
-        no_unk, with_unk = math.exp(-dev_lp[known].mean()), math.exp(-dev_lp.mean())
+        # Each process scores its blocks of the dev tokens; the sums are added over them.
+        sums = np.zeros(4)  # ln P of the known tokens, their number, of every token, theirs
+        for part in share_slices(len(dev.targets), block, world):
+            lp = lm.score_encoded(dev.rows(part))
+            known = ~dev.oov[part]
+            sums += (lp[known].sum(), known.sum(), lp.sum(), len(lp))
+        known_lp, n_known, all_lp, n_all = all_sum(sums, world)
+        no_unk = math.exp(-known_lp / n_known) if n_known else math.nan
+        with_unk = math.exp(-all_lp / max(n_all, 1))
         selected = no_unk if opts.select_by == "no_unk" else with_unk
         return DevResult(selected, {"dev_ppl_no_unk": no_unk, "dev_ppl_with_unk": with_unk})
 

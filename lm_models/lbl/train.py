@@ -43,7 +43,7 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lm_models.corpora import Document, read_brown, read_jsonl, split_documents
-from lm_models.distributed import init_world, world_from_env
+from lm_models.distributed import (
+    all_sum,
+    init_world,
+    process_device,
+    rank_seed,
+    seed_process,
+    share,
+    share_slices,
+)
 from lm_models.lbl.model import (
     LBL,
     MISSING,
@@ -73,7 +81,6 @@ from lm_models.training import (
     fit,
 )
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary, build_vocabulary
-from rescorer.core.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +299,13 @@ def encode_documents(
     )
 
 
+def rows_of(rows: EncodedRows, part: slice) -> EncodedRows:
+    """Some of the rows (sentence lengths dropped)."""
+    return EncodedRows(
+        rows.history[part], rows.targets[part], rows.attrs[part], rows.doc_index[part], ()
+    )
+
+
 def limit_rows(rows: EncodedRows, max_tokens: int | None) -> EncodedRows:
     """At most the first ``max_tokens`` rows of each document (sentence lengths dropped)."""
     if max_tokens is None:
@@ -408,19 +422,21 @@ def train_lbl(
     """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
     t_start = time.perf_counter()
     opts = cfg.train
-    world = world_from_env()
-    device = resolve_device(opts.device, world.local_rank)
-    world = init_world(device)  # under torchrun: fit shares the batches (lm_models.distributed)
+    device = process_device(opts.device)
+    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
     docs = read_documents(cfg.data, data_dir)
     train_docs, dev_docs, test_docs = split_corpus(cfg.data, docs)
+    del docs
     if not train_docs or not dev_docs:
         raise ValueError(
             f"need training and dev documents, got {len(train_docs)} and {len(dev_docs)}"
         )
-    model, vocab, summary = build_model(cfg, train_docs)
+    model, vocab, summary = build_model(cfg, train_docs)  # from every training document
     model.to(device)
+    seed_process(opts.seed, world)
     logger.info("LBL data and model: %s", summary)
-    train = encode_documents(model.config, vocab, train_docs)
+    # This process's share: every N-th training document (all of them in one process).
+    train = encode_documents(model.config, vocab, share(train_docs, world))
     dev = encode_documents(model.config, vocab, dev_docs)
     history = torch.from_numpy(train.history)
     targets = torch.from_numpy(train.targets)
@@ -432,16 +448,10 @@ def train_lbl(
         droppable[model.config.attribute_index(model.config.vocab_attribute)] = False
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
-    gen = torch.Generator().manual_seed(opts.seed)
+    gen = torch.Generator().manual_seed(rank_seed(opts.seed, world))  # order and dropout
 
-    def epoch_batches(epoch: int) -> Iterator[Tensor]:
-        # Attribute dropout draws from `gen` too, differently in each process: under torchrun
-        # the order comes from a generator of its own, the same in every process.
-        order_gen = gen
-        if world.parallel:
-            order_gen = torch.Generator().manual_seed(opts.seed * 1000 + epoch)
-        perm = torch.randperm(n, generator=order_gen)
-        return (perm[lo : lo + opts.batch_size] for lo in range(0, n, opts.batch_size))
+    def epoch_batches(epoch: int) -> list[Tensor]:
+        return list(torch.randperm(n, generator=gen).split(opts.batch_size))
 
     def step(idx: Tensor) -> Step:
         a = attrs[idx]
@@ -452,13 +462,22 @@ def train_lbl(
         loss = nll.mean()
         return Step(loss, float(loss.detach()) * len(idx), len(idx))
 
+    def evaluate() -> float:
+        # Each process scores its blocks of the dev rows; the sums are added over them.
+        total, count = 0.0, 0
+        for part in share_slices(len(dev.targets), SCORE_ROWS, world):
+            lp = score_rows(model, rows_of(dev, part))
+            total, count = total + float(lp.sum()), count + len(lp)
+        total, count = all_sum((total, count), world)
+        return math.exp(-total / count) if count else math.nan
+
     fit_options = FitOptions.early_stopping(opts, progress, "LBL")
     fitted = fit(
         model,
         optimizer,
         step,
         epoch_batches,
-        lambda: perplexity(score_rows(model, dev)),
+        evaluate,
         fit_options,
     )
     seconds = time.perf_counter() - t_start

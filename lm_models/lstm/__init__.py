@@ -3,6 +3,8 @@ LSTMs over words with context variables.
 
 * :mod:`~lm_models.lstm.model` -- :class:`~lm_models.lstm.model.ContextLSTM` and its config.
 * :mod:`~lm_models.lstm.context` -- context variables (categorical, numerical) and their embeddings.
+* :mod:`~lm_models.lstm.data` -- its training data: read, split, counted, encoded; in memory
+  or streamed from a sharded corpus, each process its share under torchrun.
 * :mod:`~lm_models.lstm.train` -- the family's training (``rescorer train``).
 * :mod:`~lm_models.lstm.evaluate` -- perplexity and context classification.
 * :mod:`~lm_models.lstm.inspect` -- how strongly each context value adapts the model.

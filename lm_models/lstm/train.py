@@ -1,16 +1,20 @@
 """Training context-aware LSTM language models from a JSON config.
 
     python -m lm_models.lstm.train CONFIG.json [--data-dir DIR] [--out DIR] [--no-resume]
-    torchrun --nproc_per_node 2 -m lm_models.lstm.train CONFIG.json      # data-parallel (DDP)
+    torchrun --nproc_per_node 2 -m lm_models.lstm.train CONFIG.json --out DIR   # data-parallel
+    ... --train-shards DIR     # training data streamed from a shard folder (rescorer corpus shard)
 
-Documents are read and split by document (stratified by a field), the vocabulary and the
-context variables are built from the training split, and the model is trained with Adam on the
-full softmax or, for large vocabularies, a sampled softmax with a unigram proposal (training only;
-dev perplexity always uses the full softmax). Each epoch ends with the dev perplexity; the best
-checkpoint is kept in ``OUT/best`` and the latest, with optimizer and trainer state, in
-``OUT/last``, from which a re-run resumes. CUDA is used when available (bf16 autocast), else the
-CPU. Under ``torchrun`` every process trains on its share of the batches and DDP averages the
-gradients (NCCL on GPUs, gloo on CPUs).
+The data (:mod:`lm_models.lstm.data`): documents read and split by document (stratified by a
+field), or a training corpus and a dev corpus each whole, or a sharded training corpus streamed
+one shard at a time; the vocabulary and the context variables come from the training data. The
+model is trained with Adam on the full softmax or, for large vocabularies, a sampled softmax with
+a unigram proposal (training only; dev perplexity always uses the full softmax). Each epoch ends
+with the dev perplexity; the best checkpoint is kept in ``OUT/best`` and the latest, with
+optimizer and trainer state, in ``OUT/last``, from which a re-run resumes. CUDA is used when
+available (bf16 autocast), else the CPU. Under ``torchrun`` every process trains on its share of
+the data through :func:`lm_models.training.fit` (:mod:`lm_models.distributed`: gradients
+averaged every step, NCCL on GPUs, gloo on CPUs), and the dev set is scored in shares whose
+sums are added over the processes.
 """
 
 from __future__ import annotations
@@ -19,25 +23,17 @@ import argparse
 import json
 import logging
 import math
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
-from lm_models.asr_tokens import (
-    ASR_TOKENS_FILE,
-    AsrTokens,
-    checkpoint_asr_tokens,
-    load_token_set,
-)
-from lm_models.batching import Batch, Example, bucket_batches, collate
+from lm_models.asr_tokens import ASR_TOKENS_FILE, checkpoint_asr_tokens
+from lm_models.batching import Batch, Example, bucket_batches, bucket_parts, collate
 from lm_models.checkpoint import (
     TOKENIZER_FILE,
     load_checkpoint,
@@ -45,19 +41,29 @@ from lm_models.checkpoint import (
     sync_files,
     write_checkpoint,
 )
-from lm_models.corpora import (
-    Document,
-    read_agnews,
-    read_brown,
-    read_dbpedia,
-    read_jsonl,
-    read_plain,
-    split_documents,
+from lm_models.distributed import (
+    ONE_PROCESS,
+    World,
+    all_sum,
+    barrier,
+    init_world,
+    process_device,
+    seed_process,
+    share,
 )
-from lm_models.lstm.context import ContextVariable
+from lm_models.lstm.data import (  # noqa: F401  (names of this module before the data moved)
+    CORPUS_READERS,
+    DataConfig,
+    PreparedData,
+    asr_vocabulary,
+    context_record,
+    distinct_records,
+    examples_of,
+    prepare_data,
+)
 from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
-from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+from lm_models.tokenizer import SubwordTokenizer
 from lm_models.training import (
     BestKeeper,
     DevResult,
@@ -66,67 +72,14 @@ from lm_models.training import (
     SectionedConfig,
     Step,
     fit,
-    options_from_json,
 )
-from lm_models.vocab import EOS_ID, UNK_ID, Vocabulary, build_vocabulary
+from lm_models.vocab import Vocabulary
 from lm_models.word_classes import frequency_classes, shortlist_classes
-from rescorer.core.device import resolve_device
 from rescorer.core.output import atomic_dir, clean_stale
 
 logger = logging.getLogger(__name__)
 
 # -- configuration ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Which documents to train on and how to split them."""
-
-    # Corpus reader, a key of CORPUS_READERS ("brown", "agnews", "dbpedia", "plain", "jsonl").
-    corpus: str
-    # Path of the corpus, relative to the data folder unless absolute.
-    path: str
-    # Document fields used as categorical context variables (e.g. ["genre"]); [] for none.
-    context_fields: tuple[str, ...] = ()
-    # Field to stratify the document split by (None: plain random split).
-    stratify_by: str | None = None
-    # Train/dev/test fractions of the documents, and the split's seed.
-    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    split_seed: int = 0
-    # Sentences are truncated to this many words (the paper: 60 for AG News and DBpedia).
-    max_len: int | None = 60
-    # Vocabulary: at most this many types (specials included), each seen >= min_count times.
-    vocab_size: int | None = 10000
-    min_count: int = 1
-    # Subword units: a sentencepiece tokenizer learnt from the training split (e.g.
-    # {"kind": "unigram", "vocab_size": 8000}, see lm_models.tokenizer.TokenizerOptions) whose
-    # pieces are the model's units (vocab_size and min_count are then unused); None: words.
-    tokenizer: TokenizerOptions | None = None
-    # An ASR model's token set as the units (lm_models.asr_tokens), so that a decoder export
-    # speaks the ASR's ids: its tokens.txt ("TOKEN ID" lines) and/or its sentencepiece model
-    # (which then cuts the words; without it the text's items are the tokens). Paths relative
-    # to the data folder unless absolute; vocab_size, min_count and tokenizer are then unused.
-    tokens: str | None = None
-    bpe_model: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.corpus not in CORPUS_READERS:
-            raise ValueError(f"corpus must be one of {sorted(CORPUS_READERS)}, got {self.corpus!r}")
-        if isinstance(self.tokenizer, Mapping):
-            tok = options_from_json(TokenizerOptions, self.tokenizer, "data.tokenizer")
-            object.__setattr__(self, "tokenizer", tok)
-        if self.asr_units and self.tokenizer is not None:
-            raise ValueError(
-                "data.tokens / data.bpe_model take the ASR model's token set and data.tokenizer "
-                "learns a new one: give one or the other, got both"
-            )
-
-    @property
-    def asr_units(self) -> bool:
-        """True when the units are an ASR model's tokens (data.tokens or data.bpe_model)."""
-        return self.tokens is not None or self.bpe_model is not None
-        object.__setattr__(self, "context_fields", tuple(self.context_fields))
-        object.__setattr__(self, "split", tuple(self.split))
 
 
 @dataclass(frozen=True)
@@ -213,176 +166,10 @@ class TrainConfig(SectionedConfig):
     train: TrainOptions = field(default_factory=TrainOptions)
 
 
-CORPUS_READERS: dict[str, Callable[[Path, DataConfig], list[Document]]] = {
-    "brown": lambda p, c: read_brown(p),
-    "agnews": lambda p, c: read_agnews(p, max_len=c.max_len),
-    "dbpedia": lambda p, c: read_dbpedia(p, max_len=c.max_len),
-    "plain": lambda p, c: read_plain(p),
-    "jsonl": lambda p, c: read_jsonl(p, max_len=c.max_len),
-}
-
-
-# -- data -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PreparedData:
-    """Everything derived from the corpus before training."""
-
-    vocab: Vocabulary
-    context_vars: tuple[ContextVariable, ...]
-    # The subword tokenizer when the units are pieces (None: words).
-    tokenizer: SubwordTokenizer | None
-    train: tuple[Example, ...]
-    dev: tuple[Example, ...]
-    # Document ids of each split (written beside the checkpoints for later evaluation).
-    split_ids: Mapping[str, tuple[str, ...]]
-    # The ASR token set the units are (data.tokens / data.bpe_model), else None.
-    asr_tokens: AsrTokens | None = None
-
-
-def context_record(doc: Document, variables: Sequence[ContextVariable]) -> dict[str, Any] | None:
-    """The document's context; a value unseen in training is missing (expected embedding)."""
-    if not variables:
-        return None
-    return {
-        v.name: (doc.fields.get(v.name) if doc.fields.get(v.name) in v.values else None)
-        for v in variables
-    }
-
-
-def examples_of(
-    docs: Sequence[Document],
-    vocab: Vocabulary,
-    variables: Sequence[ContextVariable],
-    tokenizer: SubwordTokenizer | None = None,
-) -> list[Example]:
-    out = []
-    for doc in docs:
-        record = context_record(doc, variables)
-        for sentence in doc.sentences:
-            units = sentence if tokenizer is None else tokenizer.encode(sentence)
-            inputs, targets = vocab.encode_sentence(units)
-            out.append(Example(tuple(inputs), tuple(targets), record))
-    return out
-
-
-def prepare_data(
-    cfg: TrainConfig, data_dir: Path, tokenizer: SubwordTokenizer | None = None
-) -> PreparedData:
-    """Read, cut and split the corpus; build the vocabulary (and, for subword units, learn the
-    tokenizer from the training split unless ``tokenizer`` is given, e.g. a resumed run's)."""
-    dc = cfg.data
-    path = Path(dc.path) if Path(dc.path).is_absolute() else data_dir / dc.path
-    docs = CORPUS_READERS[dc.corpus](path, dc)
-    if not docs:
-        raise ValueError(f"{path}: no documents")
-    if dc.max_len is not None:  # every reader: sentences longer than max_len are cut
-        docs = [
-            d
-            if all(len(x) <= dc.max_len for x in d.sentences)
-            else replace(d, sentences=tuple(tuple(x[: dc.max_len]) for x in d.sentences))
-            for d in docs
-        ]
-    train, dev, test = split_documents(docs, dc.split, dc.stratify_by, dc.split_seed)
-    if not train or not dev:
-        raise ValueError(f"split {dc.split} of {len(docs)} documents left train or dev empty")
-    asr = None
-    if dc.asr_units:
-        sentences = [s for d in train for s in d.sentences]
-        asr, tokenizer, vocab = asr_vocabulary(dc, data_dir, sentences)
-        units = f"ASR tokens ({asr.describe()})"
-    elif dc.tokenizer is None:
-        tokenizer = None
-        vocab = build_vocabulary(
-            (s for d in train for s in d.sentences), dc.vocab_size, dc.min_count
-        )
-        units = "words"
-    else:
-        if tokenizer is None:
-            tokenizer = SubwordTokenizer.train(
-                (s for d in train for s in d.sentences), dc.tokenizer
-            )
-        vocab = tokenizer.vocabulary(s for d in train for s in d.sentences)
-        units = f"{dc.tokenizer.kind} pieces"
-    variables = []
-    for name in dc.context_fields:
-        counts: dict[str, int] = {}
-        for doc in train:
-            value = doc.fields.get(name)
-            if value is not None:
-                counts[value] = counts.get(value, 0) + len(doc.sentences)
-        if not counts:
-            raise ValueError(f"context field {name!r} has no value in the training documents")
-        values = sorted(counts)
-        variables.append(
-            ContextVariable.categorical(
-                name,
-                values,
-                [counts[v] for v in values],
-                embed_dim=cfg.model.context_embed_dim,
-                one_hot_bias=cfg.model.one_hot_bias,
-            )
-        )
-    logger.info(
-        "data: %d/%d/%d documents, vocabulary %d %s, context %s",
-        len(train),
-        len(dev),
-        len(test),
-        len(vocab),
-        units,
-        {v.name: len(v.values) for v in variables},
-    )
-    return PreparedData(
-        vocab=vocab,
-        context_vars=tuple(variables),
-        tokenizer=tokenizer,
-        train=tuple(examples_of(train, vocab, variables, tokenizer)),
-        dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
-        split_ids={
-            "train": tuple(d.doc_id for d in train),
-            "dev": tuple(d.doc_id for d in dev),
-            "test": tuple(d.doc_id for d in test),
-        },
-        asr_tokens=asr,
-    )
-
-
-def _data_path(name: str, data_dir: Path) -> Path:
-    return Path(name) if Path(name).is_absolute() else data_dir / name
-
-
-def asr_vocabulary(
-    dc: DataConfig, data_dir: Path, sentences: Sequence[Sequence[str]]
-) -> tuple[AsrTokens, SubwordTokenizer | None, Vocabulary]:
-    """The units of an LM over an ASR model's tokens (data.tokens / data.bpe_model): the token
-    set, the tokenizer that cuts words into them (None: the text's items are the tokens) and the
-    vocabulary ``[<unk>, <s>, </s>] + tokens`` with its counts in ``sentences``."""
-    token_set = load_token_set(
-        None if dc.tokens is None else _data_path(dc.tokens, data_dir),
-        None if dc.bpe_model is None else _data_path(dc.bpe_model, data_dir),
-    )
-    asr = token_set.asr
-    tokenizer = None
-    if token_set.sentencepiece is not None:
-        tokenizer = SubwordTokenizer(token_set.sentencepiece, asr.source)
-    units = asr.lm_tokens()
-    index = {t: i for i, t in enumerate(units)}
-    counts = [0] * len(units)
-    for sentence in sentences:
-        for unit in sentence if tokenizer is None else tokenizer.encode(sentence):
-            counts[index.get(unit, UNK_ID)] += 1
-        counts[EOS_ID] += 1
-    total = sum(counts) - counts[EOS_ID]
-    if total and counts[UNK_ID] / total > 0.05:
-        logger.warning(
-            "%.1f%% of the training text's units are <unk> under %s: is the text normalised as "
-            "the ASR model's transcripts are (case, punctuation)%s?",
-            100 * counts[UNK_ID] / total,
-            asr.source,
-            "" if tokenizer is not None else ", and split into its tokens",
-        )
-    return asr, tokenizer, Vocabulary(units, counts)
+def with_train_shards(cfg: TrainConfig, shards: str | Path) -> TrainConfig:
+    """``cfg`` training on the shard folder ``shards`` instead of its ``data.path`` (the config
+    must name its dev corpus, ``data.dev``; a ValueError otherwise)."""
+    return replace(cfg, data=replace(cfg.data, path="", train_shards=str(shards)))
 
 
 def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
@@ -414,20 +201,6 @@ def parameter_groups(model: ContextLSTM, opts: TrainOptions) -> list[dict[str, A
     ids = {id(p) for p in adapt}
     rest = [p for p in model.parameters() if id(p) not in ids]
     return [{"params": rest}, {"params": adapt, "lr": opts.lr * opts.adapt_lr_scale}]
-
-
-def distinct_records(
-    examples: Sequence[Example], limit: int = 256
-) -> list[Mapping[str, Any] | None]:
-    """Up to ``limit`` distinct context records of ``examples`` (first seen first)."""
-    seen: dict[str, Mapping[str, Any] | None] = {}
-    for example in examples:
-        key = json.dumps(example.record, sort_keys=True, default=str)
-        if key not in seen:
-            seen[key] = example.record
-            if len(seen) >= limit:
-                break
-    return list(seen.values())
 
 
 def word_classes_of(vocab: Vocabulary, num_classes: int, shortlist: int = 0) -> list[int]:
@@ -488,19 +261,27 @@ def evaluate(
     device: torch.device,
     batch_tokens: int,
     pad_id: int,
+    world: World = ONE_PROCESS,
 ) -> tuple[float, int]:
-    """``(total natural-log probability, tokens)`` of ``examples`` (full softmax)."""
+    """``(total natural-log probability, tokens)`` of ``examples`` (full softmax).
+
+    Under torchrun (``world``) each process scores its share of the batches (every N-th of the
+    list one process makes) and the sums are added over the processes: every process gets the
+    whole set's values.
+    """
     was_training = model.training
     model.eval()
     total, tokens = 0.0, 0
-    for idxs in bucket_batches([len(e) for e in examples], batch_tokens, seed=0, shuffle=False):
+    batches = bucket_batches([len(e) for e in examples], batch_tokens, seed=0, shuffle=False)
+    for idxs in share(batches, world):
         batch = collate([examples[i] for i in idxs], pad_id).to(device)
         records = list(batch.records) if model.adaptive else None
         logp = model.score(batch.inputs, batch.targets, batch.lengths, records)
         total += float(logp.sum())
         tokens += batch.num_tokens
     model.train(was_training)
-    return total, tokens
+    total, n = all_sum((total, tokens), world)
+    return total, int(n)
 
 
 # -- state saving ---------------------------------------------------------------------------
@@ -548,6 +329,8 @@ class EpochLog:
     tokens_per_second: float
     # Further values of the epoch, e.g. the FactorCell's "adapt_ratio" (||A||/||W||).
     extra: dict[str, float] = field(default_factory=dict)
+    # Optimizer steps of each process (0 in logs written before it was recorded).
+    steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -563,14 +346,9 @@ def train(
     cfg: TrainConfig, data_dir: Path, out_dir: Path, resume: bool = True, progress: bool = True
 ) -> TrainResult:
     """Train per ``cfg``; checkpoints under ``out_dir`` (``best/``, ``last/``)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     opts = cfg.train
-    device = resolve_device(opts.device, local_rank)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    is_main = rank == 0
+    device = process_device(opts.device)
+    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
     torch.manual_seed(opts.seed)
 
     out_dir = Path(out_dir)
@@ -582,7 +360,7 @@ def train(
     kept_tokenizer = (
         SubwordTokenizer.load(last) if resuming and SubwordTokenizer.present(last) else None
     )
-    data = prepare_data(cfg, data_dir, kept_tokenizer)
+    data = prepare_data(cfg, data_dir, kept_tokenizer, world)
     extra: dict[str, str | bytes] = (
         {} if data.tokenizer is None else {TOKENIZER_FILE: data.tokenizer.model_proto}
     )
@@ -593,17 +371,14 @@ def train(
             kept.check_same(data.asr_tokens)
     pad_id = data.vocab.eos_id
     model = ContextLSTM(model_config(cfg, data)).to(device)
+    seed_process(opts.seed, world)  # dropout: each process its own draws
     # The fused update: one kernel over all parameters (8% of a CPU step at V = 50k).
     optimizer = torch.optim.Adam(
         parameter_groups(model, opts), lr=opts.lr, fused=device.type in ("cpu", "cuda")
     )
     # Distinct contexts of the training data for the per-epoch ||A||/||W|| (FactorCell only).
-    ratio_records = distinct_records(data.train) if model.config.mode == "factor" else []
-    loss_module: nn.Module = LossModule(model)
-    if world > 1:
-        loss_module = DistributedDataParallel(
-            loss_module, device_ids=[device.index] if device.type == "cuda" else None
-        )
+    ratio_records = list(data.contexts) if model.config.mode == "factor" else []
+    loss_module = LossModule(model)
     sampler = None
     log_expected = None
     if opts.sampled_softmax:
@@ -621,26 +396,26 @@ def train(
             logger.info("resuming from %s after epoch %d", last, state["epoch"])
         except (ValueError, KeyError, OSError) as err:  # a damaged last/ (kill, full disk)
             state = _fall_back_to_best(best, model, device, err)
-    if is_main:
+    if world.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
-        (out_dir / "split.json").write_text(
-            json.dumps({k: list(v) for k, v in data.split_ids.items()}) + "\n"
-        )
+        split: dict[str, Any] = {k: list(v) for k, v in data.split_ids.items()}
+        if data.stream is not None:
+            split["train_shards"] = str(data.stream.reader.index.directory)
+        (out_dir / "split.json").write_text(json.dumps(split) + "\n")
 
     use_amp = opts.amp and device.type == "cuda"
-    lengths = [len(e) for e in data.train]
     epoch_gen: list[torch.Generator] = []  # the current epoch's generator (sampled softmax)
 
-    def epoch_batches(epoch: int) -> list[list[int]]:
-        batches = bucket_batches(lengths, opts.batch_tokens, seed=opts.seed * 1000 + epoch)
-        per_rank = len(batches) // world
-        batches = batches[rank * per_rank : (rank + 1) * per_rank]  # equal shares: no hang
-        epoch_gen[:] = [torch.Generator().manual_seed(opts.seed * 1000 + epoch)]
-        return batches
+    def epoch_batches(epoch: int) -> Any:
+        seed = opts.seed * 1000 + epoch
+        epoch_gen[:] = [torch.Generator().manual_seed(seed)]
+        # Each part (all the examples in memory, or one shard) bucketed on its own.
+        batches = bucket_parts(data.train_parts(seed), opts.batch_tokens, seed)
+        return batches if data.stream is not None else list(batches)
 
-    def step(idxs: list[int]) -> Step:
-        batch: Batch = collate([data.train[i] for i in idxs], pad_id).to(device)
+    def step(examples: list[Example]) -> Step:
+        batch: Batch = collate(examples, pad_id).to(device)
         records = list(batch.records) if model.adaptive else None
         samples = sampler.sample(epoch_gen[0]).to(device) if sampler is not None else None
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
@@ -655,23 +430,21 @@ def train(
         return Step(loss, loss.detach(), 1, batch.num_tokens)
 
     def evaluate_dev() -> DevResult:
-        total, dev_tokens = evaluate(model, data.dev, device, opts.batch_tokens, pad_id)
-        if world > 1:  # every rank evaluates the whole dev set: keep them in step
-            dist.barrier()
+        total, dev_tokens = evaluate(model, data.dev, device, opts.batch_tokens, pad_id, world)
         ratio = model.adaptation_ratio(ratio_records)
         extra = {} if ratio is None else {"adapt_ratio": ratio}
         return DevResult(math.exp(-total / max(dev_tokens, 1)), extra)
 
     def end_epoch(record: EpochRecord, keeper: BestKeeper) -> None:
-        tokens = record.tokens * world
         log = EpochLog(
             record.epoch,
             record.train_loss,
             record.dev_ppl,
-            tokens,
+            record.tokens,  # over every process
             record.seconds,
-            tokens / max(record.seconds, 1e-9),
+            record.tokens / max(record.seconds, 1e-9),
             dict(record.extra),
+            record.steps,
         )
         state["log"].append(asdict(log))
         state.update(
@@ -680,13 +453,13 @@ def train(
             best_epoch=keeper.best_epoch,
             bad_epochs=keeper.bad_epochs,
         )
-        if is_main:
+        if world.is_main:
             meta = {
                 "epoch": record.epoch,
                 "dev_ppl": record.dev_ppl,
                 "config": cfg.to_json(),
                 "device": str(device),
-                "world_size": world,
+                "world_size": world.size,
                 # every epoch so far (tokens, seconds): best/ alone tells how it was trained
                 "log": state["log"],
             }
@@ -706,9 +479,8 @@ def train(
             lr_decay=opts.lr_decay,
             max_steps_per_epoch=opts.max_steps_per_epoch,
             grad_clip=opts.grad_clip if opts.grad_clip > 0 else None,
-            progress=progress and is_main,
+            progress=progress and world.is_main,
             name="LSTM",
-            data_parallel=False,  # DDP wraps the loss module and epoch_batches shards
         ),
         start_epoch=state["epoch"] + 1,
         keeper=BestKeeper(
@@ -722,8 +494,7 @@ def train(
         ),
         on_epoch_end=end_epoch,
     )
-    if world > 1:
-        dist.barrier()
+    barrier(world)  # no process leaves while the main one still saves
     return TrainResult(
         best_dev_ppl=state["best_dev_ppl"],
         best_epoch=state["best_epoch"],
@@ -796,6 +567,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--no-resume", action="store_true")
+    ap.add_argument(
+        "--train-shards",
+        type=Path,
+        default=None,
+        help="train on this shard folder (rescorer corpus shard) instead of the config's path",
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -804,6 +581,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     try:
         cfg = TrainConfig.load(args.config)
+        if args.train_shards is not None:
+            cfg = with_train_shards(cfg, args.train_shards)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     result = train(

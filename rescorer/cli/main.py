@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "convert": "rescorer.cli.rescoring:convert",
     "merge": "rescorer.cli.rescoring:merge",
     "context": "rescorer.cli.context:context",
+    "corpus": "rescorer.cli.corpus:corpus",
     "ppl": "rescorer.cli.models:ppl",
     "ngram": "rescorer.cli.models:ngram",
     "train": "rescorer.cli.models:train_cmd",

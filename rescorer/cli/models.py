@@ -222,6 +222,13 @@ def ngram_build(
     help="The ASR model's sentencepiece model (bpe.model): it cuts the text into the tokens "
     "(config: data.bpe_model); with --tokens both must list the same tokens.",
 )
+@click.option(
+    "--train-shards",
+    type=MODEL_DIR,
+    default=None,
+    help="Train on this shard folder (`rescorer corpus shard`), streamed one shard at a time, "
+    "instead of the config's data path; the config names its dev corpus (data.dev).",
+)
 @handle_errors
 def train_cmd(
     config_path: Path,
@@ -230,20 +237,25 @@ def train_cmd(
     resume: bool,
     tokens_path: Path | None,
     bpe_model: Path | None,
+    train_shards: Path | None,
 ) -> None:
     """Train a context-aware LSTM language model from a JSON config.
 
     The config has "data", "model" and "train" sections (see lm_models.lstm.train). The best
-    checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best.
+    checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best. Under torchrun
+    (`torchrun --nproc_per_node 8 -m rescorer train ...`) every process trains on its share of
+    the data.
 
     \b
     Examples:
       rescorer train brown_factor.json --out models/brown_factor
       rescorer train lm.json --out exp/lm --tokens asr/tokens.txt --bpe-model asr/bpe.model
+      rescorer corpus shard train.jsonl shards/ --shards 8
+      rescorer train big.json --train-shards shards/ --out models/big
     """
     from dataclasses import replace
 
-    from lm_models.lstm.train import TrainConfig, train  # imported here: torch is heavy
+    from lm_models.lstm.train import TrainConfig, train, with_train_shards  # torch is heavy
     from rescorer.core.data import default_data_dir
 
     show_epochs()
@@ -255,6 +267,11 @@ def train_cmd(
         if bpe_model is not None:
             data = replace(data, bpe_model=str(bpe_model.resolve()))
         cfg = replace(cfg, data=data)  # a ValueError with data.tokenizer (learns another set)
+    if train_shards is not None:
+        try:
+            cfg = with_train_shards(cfg, train_shards)
+        except ValueError as err:
+            raise InputError(f"--train-shards: {err}", config_path) from None
     result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet())
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "

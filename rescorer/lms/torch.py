@@ -33,7 +33,7 @@ How a batch of sentences is scored (the N-best lists of many utterances at once)
 Context records are mappings of field -> value (``{"genre": "news"}``) or None, normalised by
 :class:`rescorer.core.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
 does not declare are ignored (logged once); a categorical value it never saw in training is
-treated as missing (logged once), as training does (:func:`lm_models.lstm.train.context_record`);
+treated as missing (logged once), as training does (:func:`lm_models.lstm.data.context_record`);
 missing fields use the model's expected context embedding.
 
 All scores are natural-log probabilities.

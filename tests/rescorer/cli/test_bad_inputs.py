@@ -136,6 +136,14 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
     files["requests"] = root / "requests.tsv"
     files["requests"].write_text('a\n\tb\na b\t\t{"genre": "x"}\n', encoding="utf-8")
+    files["docs"] = root / "docs.jsonl"
+    files["docs"].write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": ["a b", "b a a"], "fields": {"genre": "x"}}) + "\n"
+            for i in range(3)
+        ),
+        encoding="utf-8",
+    )
     files["words"] = root / "words.txt"
     files["words"].write_text("a\nb\n", encoding="utf-8")
     files["sentences"] = root / "sentences.tsv"
@@ -397,6 +405,13 @@ SLOTS = (
         ),
         "corpus",
         writes="out",
+    ),
+    Slot("corpus-shard", ("corpus", "shard", "{plain}", "{outdir}", "--shards", "2"), "plain"),
+    Slot(
+        "corpus-shard-jsonl",
+        ("corpus", "shard", "{docs}", "{outdir}", "--shards", "2", "--format", "jsonl"),
+        "docs",
+        kind="jsonl",
     ),
     Slot(
         "predict-input",

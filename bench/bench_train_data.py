@@ -1,0 +1,221 @@
+"""Training data per process: in memory vs streamed from shards, 1 vs 2 processes (torchrun).
+
+A synthetic JSONL corpus (``--docs`` documents of 5 sentences, 5-12 words each from a Zipfian
+vocabulary of 5,000 words, a ``topic`` field) is written and cut into ``--shards`` shards
+(``rescorer corpus shard``). For each way of reading it, a fresh process (or two under
+torchrun) prepares the LSTM family's data (:func:`lm_models.lstm.data.prepare_data`: counts,
+vocabulary, examples) and draws one epoch of batches (no training), then reports its peak
+resident memory (``ru_maxrss``) and the training sentences it held at once (all of its share in
+memory; the largest shard when streamed).
+
+Then the same config trains a small FactorCell LSTM for one epoch on the first 4,000 documents
+in one process and in two (torchrun, gloo, 1 thread each): the dev perplexity of the two-process
+run (each process scoring half of the dev batches, the sums added) against the one-process
+evaluation of its checkpoint, and the wall times.
+
+    .venv/bin/python bench/bench_train_data.py [--docs 40000] [--shards 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import random
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_corpus(path: Path, docs: int, seed: int) -> None:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(5000)]
+    weights = [1 / (i + 1) for i in range(5000)]
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(docs):
+            topic = ("sport", "money", "news", "arts")[i % 4]
+            text = [" ".join(rng.choices(words, weights, k=rng.randint(5, 12))) for _ in range(5)]
+            f.write(json.dumps({"id": f"d{i}", "text": text, "fields": {"topic": topic}}) + "\n")
+
+
+def config(train: dict[str, str], dev: str, epochs: int = 1) -> dict:
+    return {
+        "data": {"corpus": "jsonl", **train, "dev": dev, "context_fields": ["topic"],
+                 "vocab_size": 5003, "max_len": None},
+        "model": {"mode": "factor", "embed_dim": 32, "hidden_dim": 64, "context_dim": 4,
+                  "rank": 2, "context_embed_dim": 4, "num_classes": 32, "dropout": 0.0},
+        "train": {"epochs": epochs, "batch_tokens": 2048, "lr": 0.003, "device": "cpu"},
+    }  # fmt: skip
+
+
+# -- one process's measurement (run as a child) --------------------------------------------------
+
+
+def measure(config_path: Path, out: Path) -> None:
+    import torch
+
+    from lm_models.batching import bucket_parts
+    from lm_models.distributed import init_world
+    from lm_models.lstm.train import TrainConfig, prepare_data
+
+    torch.set_num_threads(1)
+    world = init_world("cpu")
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cfg = TrainConfig.load(config_path)
+    t0 = time.perf_counter()
+    data = prepare_data(cfg, config_path.parent, world=world)
+    prepared = time.perf_counter() - t0
+    most, sentences, batches = 0, 0, 0
+    for part_id, part in data.train_parts(seed=1):  # one part in memory, or one shard
+        most = max(most, len(part))
+        for examples in bucket_parts([(part_id, part)], 2048, seed=1):
+            batches += 1
+            sentences += len(examples)
+        del part
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out.with_name(f"{out.name}.{world.rank}.json").write_text(json.dumps({
+        "peak_mb": peak / 1024, "base_mb": base / 1024, "held_sentences": most,
+        "sentences": sentences, "batches": batches, "seconds": prepared,
+    }))  # fmt: skip
+
+
+def run_measure(config_path: Path, procs: int, tmp: Path, name: str) -> list[dict]:
+    out = tmp / name
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    me = [str(Path(__file__).resolve()), "--measure", str(config_path), "--out", str(out)]
+    if procs == 1:
+        cmd = [PY, *me]
+    else:
+        cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *me]  # fmt: skip
+    subprocess.run(cmd, check=True, env=env, cwd=REPO, capture_output=True)
+    return [json.loads(out.with_name(f"{name}.{r}.json").read_text()) for r in range(procs)]
+
+
+def train_run(config_path: Path, procs: int, out: Path) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    args = ["-m", "lm_models.lstm.train", str(config_path), "--out", str(out), "--quiet",
+            "--no-resume", "--data-dir", str(config_path.parent)]  # fmt: skip
+    if procs == 1:
+        cmd = [PY, *args]
+    else:
+        cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]  # fmt: skip
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env=env, cwd=REPO, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=40000)
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=REPO / "bench/results/train_data.md")
+    args = parser.parse_args()
+    if args.measure is not None:
+        measure(args.measure, args.out)
+        return
+    sys.path.insert(0, str(REPO))
+    from lm_models.corpus_shards import write_shards
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        write_corpus(tmp / "train.jsonl", args.docs, 0)
+        write_corpus(tmp / "dev.jsonl", 400, 1)
+        size = (tmp / "train.jsonl").stat().st_size / 2**20
+        t0 = time.perf_counter()
+        index = write_shards(tmp / "train.jsonl", tmp / "shards", args.shards)
+        shard_s = time.perf_counter() - t0
+        ways = {
+            "in memory": {"path": "train.jsonl"},
+            f"{args.shards} shards, streamed": {"train_shards": "shards"},
+        }
+        for way, train in ways.items():
+            path = tmp / f"{way.split()[0]}.json"
+            path.write_text(json.dumps(config(train, "dev.jsonl")))
+            for procs in (1, 2):
+                got = run_measure(path, procs, tmp, f"{way.split()[0]}{procs}")
+                for rank, g in enumerate(got):
+                    rows.append((way, procs, rank, g))
+        # dev perplexity: 2 processes against one process's evaluation of their checkpoint
+        write_corpus(tmp / "small.jsonl", 4000, 2)
+        small = tmp / "small.json"
+        small.write_text(json.dumps(config({"path": "small.jsonl"}, "dev.jsonl")))
+        one_s = train_run(small, 1, tmp / "m1")
+        two_s = train_run(small, 2, tmp / "m2")
+        two_meta = json.loads((tmp / "m2" / "best" / "training.json").read_text())
+        one_meta = json.loads((tmp / "m1" / "best" / "training.json").read_text())
+        import torch
+
+        from lm_models.checkpoint import load_checkpoint
+        from lm_models.lstm.train import TrainConfig, evaluate, prepare_data
+
+        torch.set_num_threads(1)
+        model, _, _ = load_checkpoint(tmp / "m2" / "best")
+        data = prepare_data(TrainConfig.load(small), tmp)
+        total, tokens = evaluate(model, data.dev, torch.device("cpu"), 2048, data.vocab.eos_id)
+        alone = math.exp(-total / tokens)
+
+    lines = [
+        "# Training data per process: in memory vs streamed shards, 1 vs 2 processes",
+        "",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {os.cpu_count()} cores, {platform.machine()}; Python "
+        f"{platform.python_version()}",
+        f"- Corpus: {args.docs} JSONL documents, {index.lines * 5} sentences, {index.words} "
+        f"words ({size:.1f} MiB); `rescorer corpus shard` into {args.shards} shards in "
+        f"{shard_s:.1f} s.",
+        "- Each process: prepare the LSTM family's data (counts, vocabulary, examples) and draw "
+        "one epoch of batches (no training); peak resident memory (ru_maxrss; of which the "
+        "process had reached after importing torch and the toolkit) and the training sentences "
+        "it holds at once.",
+        "",
+        "| training data | processes | process | peak MiB | of which imports | held "
+        "sentences | sentences drawn | batches | prepare s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for way, procs, rank, g in rows:
+        lines.append(
+            f"| {way} | {procs} | {rank} | {g['peak_mb']:.0f} | {g['base_mb']:.0f} | "
+            f"{g['held_sentences']} | {g['sentences']} | {g['batches']} | {g['seconds']:.1f} |"
+        )
+    rel = abs(two_meta["dev_ppl"] - alone) / alone
+    lines += [
+        "",
+        "One epoch of a FactorCell LSTM (e 32, d 64, 32 classes) on 4,000 documents, 1 thread "
+        "per process:",
+        "",
+        "| run | wall s | steps per process | dev perplexity |",
+        "|---|---|---|---|",
+        f"| 1 process | {one_s:.1f} | {one_meta['log'][0]['steps']} | {one_meta['dev_ppl']:.6f} |",
+        f"| 2 processes (torchrun, gloo) | {two_s:.1f} | {two_meta['log'][0]['steps']} | "
+        f"{two_meta['dev_ppl']:.6f} |",
+        f"| its checkpoint, evaluated in 1 process | | | {alone:.6f} "
+        f"(relative difference {rel:.1e}) |",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,524 @@
+"""The LSTM family's training data: documents read, split, counted into a vocabulary and context
+variables, and encoded into examples; held in memory or streamed from a sharded corpus.
+
+A config's ``data`` section names the data in one of three ways:
+
+- ``path`` (and ``split``): one corpus, split by document into train/dev/test (stratified by
+  ``stratify_by``);
+- ``path`` and ``dev``: a training corpus and a dev corpus, each taken whole;
+- ``train_shards`` and ``dev``: the training corpus as a shard folder written by
+  ``rescorer corpus shard`` (:mod:`lm_models.corpus_shards`), never in memory as a whole: the
+  vocabulary and context variables come from one streaming pass over the shards, and training
+  reads one shard at a time (:meth:`PreparedData.train_parts`).
+
+Under torchrun (:mod:`lm_models.distributed`) every process builds the same vocabulary and
+context variables from the whole training data and keeps only its share of the training
+examples: every N-th training document (in memory; the corpus is read whole once, then the
+rest is let go), or its own shards (streamed: process r reads shards r, r + N, ...; the counts
+of the streaming pass are each process's own shards', added over the processes). The dev set is
+held whole by every process; its batches are shared out in evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from lm_models.asr_tokens import AsrTokens, load_token_set
+from lm_models.batching import Example
+from lm_models.corpora import (
+    Document,
+    read_agnews,
+    read_brown,
+    read_dbpedia,
+    read_jsonl,
+    read_plain,
+    split_documents,
+)
+from lm_models.corpus_shards import ShardIndex, ShardReader
+from lm_models.distributed import ONE_PROCESS, World, all_gather_objects, broadcast_object, share
+from lm_models.lstm.context import ContextVariable
+from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+from lm_models.training import options_from_json
+from lm_models.vocab import EOS, EOS_ID, UNK_ID, Vocabulary
+from rescorer.core.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+SHARD_CORPORA = {"plain": "text", "jsonl": "jsonl"}  # corpus reader -> kind of its shards
+RATIO_RECORDS = 256  # distinct training contexts the adaptation ratio is measured over
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which documents to train on and how to split them."""
+
+    # Corpus reader, a key of CORPUS_READERS ("brown", "agnews", "dbpedia", "plain", "jsonl").
+    corpus: str
+    # Path of the corpus, relative to the data folder unless absolute ("" with train_shards).
+    path: str = ""
+    # Document fields used as categorical context variables (e.g. ["genre"]); [] for none.
+    context_fields: tuple[str, ...] = ()
+    # Field to stratify the document split by (None: plain random split).
+    stratify_by: str | None = None
+    # Train/dev/test fractions of the documents, and the split's seed.
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    split_seed: int = 0
+    # Sentences are truncated to this many words (the paper: 60 for AG News and DBpedia).
+    max_len: int | None = 60
+    # Vocabulary: at most this many types (specials included), each seen >= min_count times.
+    vocab_size: int | None = 10000
+    min_count: int = 1
+    # Subword units: a sentencepiece tokenizer learnt from the training split (e.g.
+    # {"kind": "unigram", "vocab_size": 8000}, see lm_models.tokenizer.TokenizerOptions) whose
+    # pieces are the model's units (vocab_size and min_count are then unused); None: words.
+    tokenizer: TokenizerOptions | None = None
+    # A dev corpus of its own, read like `path`: the training data (path or train_shards) are
+    # then used whole, and split, stratify_by and split_seed are unused. None: split `path`.
+    dev: str | None = None
+    # The training corpus as a shard folder (`rescorer corpus shard`; corpus "plain" or
+    # "jsonl"), read one shard at a time, each process its own shards; needs `dev` and no
+    # `path`. None: the training data are read into memory.
+    train_shards: str | None = None
+    # An ASR model's token set as the units (lm_models.asr_tokens), so that a decoder export
+    # speaks the ASR's ids: its tokens.txt ("TOKEN ID" lines) and/or its sentencepiece model
+    # (which then cuts the words; without it the text's items are the tokens). Paths relative
+    # to the data folder unless absolute; vocab_size, min_count and tokenizer are then unused.
+    tokens: str | None = None
+    bpe_model: str | None = None
+
+    @property
+    def asr_units(self) -> bool:
+        """True when the units are an ASR model's tokens (data.tokens or data.bpe_model)."""
+        return self.tokens is not None or self.bpe_model is not None
+
+    def __post_init__(self) -> None:
+        if self.corpus not in CORPUS_READERS:
+            raise ValueError(f"corpus must be one of {sorted(CORPUS_READERS)}, got {self.corpus!r}")
+        if isinstance(self.tokenizer, Mapping):
+            tok = options_from_json(TokenizerOptions, self.tokenizer, "data.tokenizer")
+            object.__setattr__(self, "tokenizer", tok)
+        object.__setattr__(self, "context_fields", tuple(self.context_fields))
+        object.__setattr__(self, "split", tuple(self.split))
+        if self.asr_units and self.tokenizer is not None:
+            raise ValueError(
+                "data.tokens / data.bpe_model take the ASR model's token set and data.tokenizer "
+                "learns a new one: give one or the other, got both"
+            )
+        if self.asr_units and self.train_shards is not None:
+            raise ValueError(
+                "data.tokens / data.bpe_model with train_shards: not supported yet (the ASR "
+                "units are counted over the training text in memory); give data.path"
+            )
+        if self.train_shards is None and not self.path:
+            raise ValueError('data needs the corpus "path" (or "train_shards" and "dev")')
+        if self.train_shards is not None:
+            if self.path:
+                raise ValueError(
+                    'data "path" and "train_shards" both name the training data: give one'
+                )
+            if self.dev is None:
+                raise ValueError('data "train_shards" needs a dev corpus: "dev"')
+            if self.corpus not in SHARD_CORPORA:
+                raise ValueError(
+                    f"train_shards hold corpus {sorted(SHARD_CORPORA)} lines, got corpus "
+                    f"{self.corpus!r}"
+                )
+
+
+CORPUS_READERS: dict[str, Callable[[Path, DataConfig], list[Document]]] = {
+    "brown": lambda p, c: read_brown(p),
+    "agnews": lambda p, c: read_agnews(p, max_len=c.max_len),
+    "dbpedia": lambda p, c: read_dbpedia(p, max_len=c.max_len),
+    "plain": lambda p, c: read_plain(p),
+    "jsonl": lambda p, c: read_jsonl(p, max_len=c.max_len),
+}
+
+
+class _Config(Protocol):  # what prepare_data reads of a training config
+    @property
+    def data(self) -> DataConfig: ...
+
+    @property
+    def model(self) -> Any: ...  # context_embed_dim, one_hot_bias
+
+
+def read_corpus(path: Path, dc: DataConfig) -> list[Document]:
+    """The documents of one corpus file (or folder), sentences cut at ``max_len`` words."""
+    docs = CORPUS_READERS[dc.corpus](path, dc)
+    if dc.max_len is None:  # every reader: sentences longer than max_len are cut
+        return docs
+    return [
+        d
+        if all(len(x) <= dc.max_len for x in d.sentences)
+        else replace(d, sentences=tuple(tuple(x[: dc.max_len]) for x in d.sentences))
+        for d in docs
+    ]
+
+
+# -- examples ---------------------------------------------------------------------------------
+
+
+def context_record(doc: Document, variables: Sequence[ContextVariable]) -> dict[str, Any] | None:
+    """The document's context; a value unseen in training is missing (expected embedding)."""
+    if not variables:
+        return None
+    return {
+        v.name: (doc.fields.get(v.name) if doc.fields.get(v.name) in v.values else None)
+        for v in variables
+    }
+
+
+def examples_of(
+    docs: Sequence[Document],
+    vocab: Vocabulary,
+    variables: Sequence[ContextVariable],
+    tokenizer: SubwordTokenizer | None = None,
+) -> list[Example]:
+    out = []
+    for doc in docs:
+        record = context_record(doc, variables)
+        for sentence in doc.sentences:
+            units = sentence if tokenizer is None else tokenizer.encode(sentence)
+            inputs, targets = vocab.encode_sentence(units)
+            out.append(Example(tuple(inputs), tuple(targets), record))
+    return out
+
+
+def distinct_records(
+    examples: Sequence[Example], limit: int = RATIO_RECORDS
+) -> list[Mapping[str, Any] | None]:
+    """Up to ``limit`` distinct context records of ``examples`` (first seen first)."""
+    seen: dict[str, Mapping[str, Any] | None] = {}
+    for example in examples:
+        key = json.dumps(example.record, sort_keys=True, default=str)
+        if key not in seen:
+            seen[key] = example.record
+            if len(seen) >= limit:
+                break
+    return list(seen.values())
+
+
+# -- counts of the training data ----------------------------------------------------------------
+
+
+@dataclass
+class CorpusCounts:
+    """What the vocabulary and the context variables are built from, counted document by
+    document (so a corpus streamed shard by shard is counted without being held)."""
+
+    # Words of the training sentences, and the number of sentences and documents.
+    words: Counter[str] = field(default_factory=Counter)
+    sentences: int = 0
+    documents: int = 0
+    # Per context field, the sentences of each value.
+    values: dict[str, Counter[str]] = field(default_factory=dict)
+    # Distinct context-field values of documents with sentences, first seen first (at most
+    # RATIO_RECORDS): the contexts the adaptation ratio is measured over.
+    contexts: list[tuple[str | None, ...]] = field(default_factory=list)
+
+    def add(self, docs: Sequence[Document], fields: Sequence[str]) -> None:
+        seen = set(self.contexts)
+        for doc in docs:
+            self.documents += 1
+            for sentence in doc.sentences:
+                self.words.update(sentence)
+            self.sentences += len(doc.sentences)
+            for name in fields:
+                value = doc.fields.get(name)
+                if value is not None:
+                    self.values.setdefault(name, Counter())[value] += len(doc.sentences)
+            key = tuple(doc.fields.get(name) for name in fields)
+            if doc.sentences and len(self.contexts) < RATIO_RECORDS and key not in seen:
+                seen.add(key)
+                self.contexts.append(key)
+
+    @classmethod
+    def merged(cls, parts: Sequence[CorpusCounts]) -> CorpusCounts:
+        """The counts of several parts (the processes' shards) together, parts in order."""
+        out = cls()
+        seen: set[tuple[str | None, ...]] = set()
+        for part in parts:
+            out.words.update(part.words)
+            out.sentences += part.sentences
+            out.documents += part.documents
+            for name, counts in part.values.items():
+                out.values.setdefault(name, Counter()).update(counts)
+            for key in part.contexts:
+                if len(out.contexts) < RATIO_RECORDS and key not in seen:
+                    seen.add(key)
+                    out.contexts.append(key)
+        return out
+
+    def vocabulary(self, dc: DataConfig, tokenizer: SubwordTokenizer | None) -> Vocabulary:
+        """As :func:`lm_models.vocab.build_vocabulary` (words) or
+        :meth:`SubwordTokenizer.vocabulary` (pieces) over the counted sentences."""
+        if tokenizer is not None:
+            return tokenizer.vocabulary_of_counts(self.words, self.sentences)
+        counts = Counter(self.words)
+        counts[EOS] += self.sentences
+        return Vocabulary.from_counts(counts, max_size=dc.vocab_size, min_count=dc.min_count)
+
+    def variables(self, dc: DataConfig, model: Any) -> list[ContextVariable]:
+        """The categorical context variables of ``dc.context_fields``, values sorted, each
+        weighted by its sentences."""
+        variables = []
+        for name in dc.context_fields:
+            counts = self.values.get(name)
+            if not counts:
+                raise ValueError(f"context field {name!r} has no value in the training documents")
+            values = sorted(counts)
+            variables.append(
+                ContextVariable.categorical(
+                    name,
+                    values,
+                    [counts[v] for v in values],
+                    embed_dim=model.context_embed_dim,
+                    one_hot_bias=model.one_hot_bias,
+                )
+            )
+        return variables
+
+    def records(self, variables: Sequence[ContextVariable]) -> list[Mapping[str, Any] | None]:
+        """The counted contexts as context records (none without variables)."""
+        if not variables:
+            return [None] if self.contexts else []
+        return [dict(zip((v.name for v in variables), key, strict=True)) for key in self.contexts]
+
+
+# -- the prepared data ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainStream:
+    """This process's shards of a sharded training corpus, read as documents."""
+
+    # Reads (and checks) a shard into its documents.
+    reader: ShardReader[list[Document]]
+    # The shards this process trains on.
+    shards: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    """Everything derived from the corpus before training."""
+
+    vocab: Vocabulary
+    context_vars: tuple[ContextVariable, ...]
+    # The subword tokenizer when the units are pieces (None: words).
+    tokenizer: SubwordTokenizer | None
+    # This process's training examples (all of them in one process); () when streamed.
+    train: tuple[Example, ...]
+    dev: tuple[Example, ...]
+    # Document ids of each split (written beside the checkpoints for later evaluation); the
+    # training ids are not listed for a streamed corpus.
+    split_ids: Mapping[str, tuple[str, ...]]
+    # Distinct context records of the training data (the adaptation ratio's contexts).
+    contexts: tuple[Mapping[str, Any] | None, ...] = ()
+    # The ASR token set the units are (data.tokens / data.bpe_model), else None.
+    asr_tokens: AsrTokens | None = None
+    # The training corpus streamed from shards (None: `train` holds this process's examples).
+    stream: TrainStream | None = None
+
+    def train_parts(self, seed: int) -> Iterator[tuple[int, list[Example]]]:
+        """This process's training examples as ``(part, examples)``: all in one part (0) in
+        memory, or one part per shard, the shards in an order drawn with ``seed``, one shard
+        read and encoded at a time."""
+        if self.stream is None:
+            yield 0, list(self.train)
+            return
+        for shard, docs in self.stream.reader.parts(self.stream.shards, seed):
+            examples = examples_of(docs, self.vocab, self.context_vars, self.tokenizer)
+            del docs  # only the examples of one shard are held
+            yield shard, examples
+            del examples
+
+
+def _resolve(path: str, data_dir: Path) -> Path:
+    return Path(path) if Path(path).is_absolute() else data_dir / path
+
+
+def prepare_data(
+    cfg: _Config,
+    data_dir: Path,
+    tokenizer: SubwordTokenizer | None = None,
+    world: World = ONE_PROCESS,
+) -> PreparedData:
+    """Read (and split) the corpus, build the vocabulary and the context variables, encode the
+    examples (for subword units, learn the tokenizer from the training data unless
+    ``tokenizer`` is given, e.g. a resumed run's). Under torchrun, ``world`` is this process's
+    place: it keeps its share of the training examples (module docstring)."""
+    dc = cfg.data
+    if dc.train_shards is not None:
+        return _prepare_stream(cfg, data_dir, tokenizer, world)
+    path = _resolve(dc.path, data_dir)
+    docs = read_corpus(path, dc)
+    if not docs:
+        raise ValueError(f"{path}: no documents")
+    if dc.dev is None:
+        train, dev, test = split_documents(docs, dc.split, dc.stratify_by, dc.split_seed)
+        if not train or not dev:
+            raise ValueError(f"split {dc.split} of {len(docs)} documents left train or dev empty")
+    else:
+        train, dev, test = docs, _read_dev(dc, data_dir), []
+    del docs
+    counts = CorpusCounts()
+    counts.add(train, dc.context_fields)
+    asr = None
+    if dc.asr_units:
+        asr, tokenizer, vocab = asr_vocabulary(
+            dc, data_dir, [s for d in train for s in d.sentences]
+        )
+    else:
+        if dc.tokenizer is not None and tokenizer is None:
+            sentences = (s for d in train for s in d.sentences)
+            tokenizer = SubwordTokenizer.train(sentences, dc.tokenizer)
+        if dc.tokenizer is None:
+            tokenizer = None
+        vocab = counts.vocabulary(dc, tokenizer)
+    variables = counts.variables(dc, cfg.model)
+    _log_data(len(train), len(dev), len(test), vocab, _units(dc, tokenizer, asr), variables)
+    split_ids = {
+        "train": tuple(d.doc_id for d in train),
+        "dev": tuple(d.doc_id for d in dev),
+        "test": tuple(d.doc_id for d in test),
+    }
+    mine = share(train, world)
+    del train  # this process keeps its share only
+    return PreparedData(
+        vocab=vocab,
+        context_vars=tuple(variables),
+        tokenizer=tokenizer,
+        train=tuple(examples_of(mine, vocab, variables, tokenizer)),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
+        split_ids=split_ids,
+        contexts=tuple(counts.records(variables)),
+        asr_tokens=asr,
+    )
+
+
+def _read_dev(dc: DataConfig, data_dir: Path) -> list[Document]:
+    assert dc.dev is not None
+    path = _resolve(dc.dev, data_dir)
+    dev = read_corpus(path, dc)
+    if not dev:
+        raise ValueError(f"{path}: no dev documents")
+    return dev
+
+
+def _log_data(
+    n_train: int,
+    n_dev: int,
+    n_test: int,
+    vocab: Vocabulary,
+    units: str,
+    variables: Sequence[ContextVariable],
+) -> None:
+    logger.info(
+        "data: %d/%d/%d documents, vocabulary %d %s, context %s",
+        n_train,
+        n_dev,
+        n_test,
+        len(vocab),
+        units,
+        {v.name: len(v.values) for v in variables},
+    )
+
+
+def _units(dc: DataConfig, tokenizer: SubwordTokenizer | None, asr: AsrTokens | None) -> str:
+    """The model's units in words, for the log."""
+    if asr is not None:
+        return f"ASR tokens ({asr.describe()})"
+    return "words" if tokenizer is None else f"{dc.tokenizer.kind} pieces"  # type: ignore[union-attr]
+
+
+def asr_vocabulary(
+    dc: DataConfig, data_dir: Path, sentences: Sequence[Sequence[str]]
+) -> tuple[AsrTokens, SubwordTokenizer | None, Vocabulary]:
+    """The units of an LM over an ASR model's tokens (data.tokens / data.bpe_model): the token
+    set, the tokenizer that cuts words into them (None: the text's items are the tokens) and the
+    vocabulary ``[<unk>, <s>, </s>] + tokens`` with its counts in ``sentences``."""
+    token_set = load_token_set(
+        None if dc.tokens is None else _resolve(dc.tokens, data_dir),
+        None if dc.bpe_model is None else _resolve(dc.bpe_model, data_dir),
+    )
+    asr = token_set.asr
+    tokenizer = None
+    if token_set.sentencepiece is not None:
+        tokenizer = SubwordTokenizer(token_set.sentencepiece, asr.source)
+    units = asr.lm_tokens()
+    index = {t: i for i, t in enumerate(units)}
+    counts = [0] * len(units)
+    for sentence in sentences:
+        for unit in sentence if tokenizer is None else tokenizer.encode(sentence):
+            counts[index.get(unit, UNK_ID)] += 1
+        counts[EOS_ID] += 1
+    total = sum(counts) - counts[EOS_ID]
+    if total and counts[UNK_ID] / total > 0.05:
+        logger.warning(
+            "%.1f%% of the training text's units are <unk> under %s: is the text normalised as "
+            "the ASR model's transcripts are (case, punctuation)%s?",
+            100 * counts[UNK_ID] / total,
+            asr.source,
+            "" if tokenizer is not None else ", and split into its tokens",
+        )
+    return asr, tokenizer, Vocabulary(units, counts)
+
+
+def _prepare_stream(
+    cfg: _Config, data_dir: Path, tokenizer: SubwordTokenizer | None, world: World
+) -> PreparedData:
+    dc = cfg.data
+    assert dc.train_shards is not None
+    index = ShardIndex.load(_resolve(dc.train_shards, data_dir))
+    if index.kind != SHARD_CORPORA[dc.corpus]:
+        raise InputError(
+            f"shards of {index.kind} lines; corpus {dc.corpus!r} reads "
+            f"{SHARD_CORPORA[dc.corpus]} lines",
+            index.directory,
+        )
+    reader: ShardReader[list[Document]] = ShardReader(index, lambda p: read_corpus(p, dc))
+    mine = index.assigned(world.rank, world.size)
+    counts = CorpusCounts()  # one pass over this process's shards, added over the processes
+    for _, docs in reader.parts(mine):
+        counts.add(docs, dc.context_fields)
+        del docs
+    counts = CorpusCounts.merged(all_gather_objects(counts, world))
+    if counts.sentences == 0:
+        raise InputError("no training sentences in the shards", index.directory)
+    if dc.tokenizer is not None and tokenizer is None:
+        proto = None
+        if world.is_main:  # learnt in one process from every shard, one at a time
+            every = reader.parts(range(len(index.shards)))
+            sentences = (s for _, docs in every for d in docs for s in d.sentences)
+            proto = SubwordTokenizer.train(sentences, dc.tokenizer).model_proto
+        tokenizer = SubwordTokenizer(broadcast_object(proto, world))
+    if dc.tokenizer is None:
+        tokenizer = None
+    vocab = counts.vocabulary(dc, tokenizer)
+    variables = counts.variables(dc, cfg.model)
+    dev = _read_dev(dc, data_dir)
+    _log_data(counts.documents, len(dev), 0, vocab, _units(dc, tokenizer, None), variables)
+    logger.info(
+        "training data: %d shards in %s (%d lines, %d words), this process reads %d",
+        len(index.shards),
+        index.directory,
+        index.lines,
+        index.words,
+        len(mine),
+    )
+    return PreparedData(
+        vocab=vocab,
+        context_vars=tuple(variables),
+        tokenizer=tokenizer,
+        train=(),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
+        split_ids={"train": (), "dev": tuple(d.doc_id for d in dev), "test": ()},
+        contexts=tuple(counts.records(variables)),
+        stream=TrainStream(reader, mine),
+    )
