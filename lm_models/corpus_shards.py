@@ -154,18 +154,7 @@ class ShardIndex:
         index = _index_from_json(raw, directory, index_path)
         for i, info in enumerate(index.shards):
             path = index.path(i)
-            try:
-                size = path.stat().st_size
-            except FileNotFoundError:
-                raise InputError(f"shard {i} listed in {INDEX_FILE} is missing", path) from None
-            except OSError as err:
-                raise InputError(f"cannot read shard {i}: {err.strerror}", path) from None
-            if size != info.bytes:
-                raise InputError(
-                    f"shard {i} has {size} bytes, {INDEX_FILE} says {info.bytes}: truncated or "
-                    "changed since it was written; write the shards again",
-                    path,
-                )
+            _check_size(path, i, info.bytes)
         return index
 
 
@@ -313,6 +302,23 @@ def write_shards(
 # -- reading --------------------------------------------------------------------------------------
 
 
+def _check_size(path: Path, i: int, expected: int) -> None:
+    """InputError when shard ``i`` at ``path`` is missing, unreadable or not ``expected`` bytes
+    long (truncated or changed since it was written)."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"shard {i} listed in {INDEX_FILE} is missing", path) from None
+    except OSError as err:
+        raise InputError(f"cannot read shard {i}: {err.strerror}", path) from None
+    if size != expected:
+        raise InputError(
+            f"shard {i} has {size} bytes, {INDEX_FILE} says {expected}: truncated or "
+            "changed since it was written; write the shards again",
+            path,
+        )
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -336,19 +342,11 @@ class ShardReader(Generic[T]):
         if i in self._checked:
             return path
         info = self.index.shards[i]
+        _check_size(path, i, info.bytes)
         try:
-            size = path.stat().st_size
-            digest = sha256_of(path) if size == info.bytes else ""
-        except FileNotFoundError:
-            raise InputError(f"shard {i} listed in {INDEX_FILE} is missing", path) from None
+            digest = sha256_of(path)
         except OSError as err:
             raise InputError(f"cannot read shard {i}: {err.strerror}", path) from None
-        if size != info.bytes:
-            raise InputError(
-                f"shard {i} has {size} bytes, {INDEX_FILE} says {info.bytes}: truncated or "
-                "changed since it was written; write the shards again",
-                path,
-            )
         if digest != info.sha256:
             raise InputError(
                 f"shard {i}: SHA-256 {digest[:12]}... differs from {INDEX_FILE}'s "

@@ -8,7 +8,8 @@ JSONL written from it is the single-process file (byte-identical for models whos
 depend on which other sentences share a batch, e.g. KenLM; within float rounding for batched
 neural models).
 
-- :func:`score_here`: one process.
+- :class:`Scorer`: in this process, the models loaded once, set after set (a streamed
+  set's chunks).
 - :func:`score_on_ray`: the set cut into shards by utterance id (:mod:`rescorer.shards`) and
   handed to a pool of Ray actors (as many as the cluster runs at once: 1 CPU each, or 1 GPU
   each for a CUDA device), each loading the models once; results stream back as shards
@@ -196,19 +197,6 @@ def sum_reports(parts: Sequence[Sequence[LMFeatureReport]]) -> list[LMFeatureRep
     return totals
 
 
-def score_here(
-    nbest: NBest,
-    job: ScoringJob,
-    contexts: Mapping[str, Context] | None = None,
-    progress: bool = False,
-    on_report: Callable[[LMFeatureReport, Any], None] | None = None,
-) -> tuple[NBest, list[LMFeatureReport]]:
-    """``nbest`` scored in this process."""
-    check_new_features(nbest, job)
-    values, reports = score_values(nbest, job, contexts, progress, on_report)
-    return apply_values(nbest, values), reports
-
-
 # -- Ray ------------------------------------------------------------------------------------------
 
 # Lists travel to the actors as plain tuples (utterance id, hypotheses' words): the actors need
@@ -270,7 +258,7 @@ def score_on_ray(
 
     ``address``: a running cluster (``auto``, ``ray://host:10001``, ``host:6379``), or None to
     start a local instance on this machine's cores. ``shards``: how many (default: one per CPU
-    of the cluster, or per GPU when scoring on CUDA). The result equals :func:`score_here`'s.
+    of the cluster, or per GPU when scoring on CUDA). The result equals one process's.
     """
     ray = _import_ray()
     check_new_features(nbest, job)

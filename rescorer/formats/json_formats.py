@@ -265,7 +265,5 @@ def write_jsonl_lines(nbest: NBest, out: TextIO) -> None:
 
 def write_jsonl(nbest: NBest, path: Path) -> None:
     """Write the canonical JSONL format; a read gives back exactly ``nbest``."""
-    check_nbest_fields(nbest)
-    check_finite(nbest)
-    with atomic_write(path) as f:
+    with atomic_write(path) as f:  # a refused list leaves no file (the temp one is removed)
         write_jsonl_lines(nbest, f)
