@@ -349,7 +349,7 @@ def score_under_torchrun(
     import torch
     import torch.distributed as dist
 
-    from lm_models.distributed import world_from_env
+    from lm_models.distributed import close_world, world_from_env
 
     me = world_from_env()
     check_new_features(nbest, job)
@@ -368,8 +368,10 @@ def score_under_torchrun(
             mine = score_values(part, job, part_contexts, progress and me.rank == 0, None)
         gathered: list[Any] = [None] * me.size if me.rank == 0 else []
         dist.gather_object(mine, gathered if me.rank == 0 else None, dst=0)
-    finally:
         if started:
+            close_world()  # every process leaves the group together
+    finally:
+        if started and dist.is_initialized():  # after an error: leave without waiting
             dist.destroy_process_group()
     if me.rank != 0:
         return None, mine[1]

@@ -46,6 +46,7 @@ from lm_models.distributed import (
     World,
     all_sum,
     barrier,
+    close_world,
     init_world,
     process_device,
     seed_process,
@@ -592,6 +593,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         resume=not args.no_resume,
         progress=not args.quiet,
     )
+    close_world()  # under torchrun: every process leaves the group together
     logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
 
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lm_models.distributed import ONE_PROCESS, World, rank_seed, share, share_slices
+from lm_models.distributed import ONE_PROCESS, World, close_world, rank_seed, share, share_slices
 from lm_models.training import DevResult, FitOptions, Step, fit
 from tests.paths import REPO as REPO_ROOT
 
@@ -226,7 +226,7 @@ def _family_worker(rank: int, port: int, family: str, tmp: str) -> None:
     cfg = CONFIGS[family](Path(tmp))
     seen = _run_family(family, cfg, Path(tmp), Path(tmp, "two"))
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(seen))
-    dist.destroy_process_group()
+    close_world()  # neither process leaves while the other still talks to it
 
 
 CONFIGS: dict[str, Callable[[Path], Any]] = {
@@ -359,7 +359,7 @@ def _cue_worker(rank: int, port: int, tmp: str) -> None:
     torch.set_num_threads(1)
     got = _cue_stages()
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(got))
-    dist.destroy_process_group()
+    close_world()
 
 
 @pytest.mark.slow
