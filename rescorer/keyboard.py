@@ -91,6 +91,9 @@ class KeyboardOptions:
     accuracy_ks: tuple[int, ...] = (1, 3)
     # Count a space after the last word of each sentence (in the baseline and when it is typed).
     final_space: bool = False
+    # Name of the text normaliser the test sentences went through ("none": raw text), recorded
+    # in every result so that runs over differently normalised text are not compared.
+    normalize: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("ks", "accuracy_ks"):
@@ -145,6 +148,8 @@ class SentenceResult:
     reciprocal_rank: float
     # Words outside the prediction vocabulary.
     oov: int
+    # The text normaliser of the test text (KeyboardOptions.normalize).
+    normalize: str = "none"
 
     def ks(self, k: int) -> float:
         """Keystroke savings of this sentence with ``k`` suggestions."""
@@ -159,6 +164,7 @@ class SentenceResult:
             "hits": {str(k): v for k, v in self.hits.items()},
             "reciprocal_rank": round(self.reciprocal_rank, 6),
             "oov": self.oov,
+            "normalize": self.normalize,
         }
 
     @classmethod
@@ -174,6 +180,7 @@ class SentenceResult:
                 hits={int(k): int(v) for k, v in obj["hits"].items()},
                 reciprocal_rank=float(obj["reciprocal_rank"]),
                 oov=int(obj["oov"]),
+                normalize=str(obj.get("normalize", "none")),  # files written before it: raw
             )
         except KeyError as err:
             raise ValueError(f"missing key {err.args[0]!r}") from None
@@ -237,6 +244,8 @@ class KeyboardReport:
     seconds: float = 0.0
     # Whether a space after each sentence's last word was counted (KeyboardOptions.final_space).
     final_space: bool = False
+    # The text normaliser of the test text (KeyboardOptions.normalize).
+    normalize: str = "none"
 
     def ks(self, k: int) -> float:
         """Keystroke savings with ``k`` suggestions: 1 - used / baseline."""
@@ -262,6 +271,7 @@ class KeyboardReport:
             "vocabulary": self.vocabulary,
             "baseline": self.baseline,
             "final_space": self.final_space,
+            "normalize": self.normalize,
             "keystrokes": {str(k): v for k, v in self.keystrokes.items()},
             "ks": {str(k): self.ks(k) for k in self.keystrokes},
             "accuracy": {str(k): self.accuracy(k) for k in self.hits},
@@ -280,7 +290,8 @@ class KeyboardReport:
         return "\n".join(
             [
                 f"{self.system}: {self.sentences} sentences, {self.words} words, "
-                f"{100 * self.oov_rate:.2f}% outside the {self.vocabulary}-word vocabulary",
+                f"{100 * self.oov_rate:.2f}% outside the {self.vocabulary}-word vocabulary"
+                + ("" if self.normalize == "none" else f" (normalize: {self.normalize})"),
                 f"keystroke savings: {ks} (baseline {self.baseline} keystrokes, "
                 f"{'a' if self.final_space else 'no'} space after a sentence's last word)",
                 f"next-word accuracy: {acc}; MRR {self.mrr:.4f}",
@@ -381,6 +392,7 @@ def simulate_sentence(
         hits=hits,
         reciprocal_rank=rr,
         oov=oov,
+        normalize=options.normalize,
     )
 
 
@@ -437,6 +449,7 @@ def summarise(
         vocabulary=vocabulary,
         seconds=seconds,
         final_space=options.final_space,
+        normalize=options.normalize,
     )
 
 
@@ -598,6 +611,11 @@ def compare_systems(
     if not pairs:
         raise InputError("no sentences to compare")
     for ra, rb in pairs:
+        if ra.normalize != rb.normalize:
+            raise InputError(
+                f"sentence {ra.id!r} was typed from text normalised with {ra.normalize!r} in A "
+                f"but {rb.normalize!r} in B: expected both runs with the same --normalize"
+            )
         if ra.baseline != rb.baseline:
             raise InputError(
                 f"sentence {ra.id!r} has baseline {ra.baseline} in A but {rb.baseline} in B; "

@@ -144,7 +144,8 @@ def _context_fields(items: Sequence[str]) -> dict[str, str] | None:
     "input_path",
     type=EXISTING_FILE,
     default=None,
-    help="Batch mode: lines 'history words[<TAB>partial word[<TAB>{context JSON}]]'.",
+    help="Batch mode: lines 'history words[<TAB>partial word[<TAB>{context JSON}]]'; an "
+    "empty history (a blank line, or '<TAB>th') asks at a sentence start.",
 )
 @out_option("Batch mode: write the JSONL suggestions here (default: stdout).")
 @handle_errors
@@ -282,7 +283,7 @@ def predict_cmd(
     default=None,
     help="Per-sentence results of another system: test this one against it.",
 )
-@normalize_option
+@normalize_option(applies_to="the test text before typing it (as the training text was)")
 @handle_errors
 def keyboard_eval(
     lm_specs: tuple[LMSpec, ...],
@@ -316,7 +317,9 @@ def keyboard_eval(
       rescorer keyboard-eval --lm kenlm:3gram.arpa --text enronmobile/mobile_nvp.txt \\
           --per-sentence 3gram.jsonl --report 3gram.json
     """
-    options = KeyboardOptions(ks=ks, accuracy_ks=accuracy_ks, final_space=final_space)
+    options = KeyboardOptions(
+        ks=ks, accuracy_ks=accuracy_ks, final_space=final_space, normalize=normalizer.name
+    )
     sentences = read_sentences(text_path, text_format)
     if not normalizer.is_identity:  # the test text as the training text was normalised
         sentences = [(sid, normalizer.words(words)) for sid, words in sentences]

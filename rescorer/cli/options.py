@@ -171,19 +171,23 @@ class NormalizerType(click.ParamType):
             self.fail(str(err), param, ctx)
 
 
-def normalize_option(fn: F) -> F:
-    """``--normalize SPEC``: the text normaliser applied to references and hypotheses alike."""
-    return click.option(
+def normalize_option(
+    fn: F | None = None, *, applies_to: str = "references and hypotheses alike before scoring"
+) -> Any:
+    """``--normalize SPEC``: the text normaliser applied to ``applies_to`` (as a decorator, or
+    called with ``applies_to`` for a command whose text is not references and hypotheses)."""
+    option = click.option(
         "--normalize",
         "normalizer",
         type=NormalizerType(),
         default="none",
         show_default=True,
-        help="Normalise references and hypotheses alike before scoring: none (raw text, "
-        f"sclite parity), a preset ({', '.join(PRESETS)}) or comma-separated steps of "
-        f"{', '.join(STEPS)} (e.g. lower,punct). The README and rescorer/normalize.py say what "
-        "each does.",
-    )(fn)
+        help=f"Normalise {applies_to}: none (raw text"
+        + (", sclite parity)" if "references" in applies_to else ")")
+        + f", a preset ({', '.join(PRESETS)}) or comma-separated steps of {', '.join(STEPS)} "
+        "(e.g. lower,punct). The README and rescorer/normalize.py say what each does.",
+    )
+    return option if fn is None else option(fn)
 
 
 def normalized_label(normalizer: Normalizer, noise: NoiseWords | None = None) -> str:

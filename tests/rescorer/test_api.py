@@ -44,7 +44,10 @@ def test_names_resolve_to_the_library_functions() -> None:
 
 
 def test_rescoring_in_a_few_lines_equals_the_cli(
-    espnet_factory: Callable[..., Path], tiny_arpa: Path, tmp_path: Path
+    espnet_factory: Callable[..., Path],
+    tiny_arpa: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from rescorer import (
         add_lm_scores,
@@ -60,6 +63,9 @@ def test_rescoring_in_a_few_lines_equals_the_cli(
     dev = read_nbest(root)
     refs = read_references(root / "references" / "ref_wer.trn")
     dev, report = add_lm_scores(dev, load_lm(f"kenlm:{tiny_arpa}"), "tiny")
+    assert capsys.readouterr().err == ""  # library calls draw no progress bar unless asked
+    add_lm_scores(dev, load_lm(f"kenlm:{tiny_arpa}"), "again", progress=True)
+    assert "scoring with again" in capsys.readouterr().err
     result = tune_weights(dev, refs, ["decoder", "ctc", "tiny"])
     wer = score_corpus(refs, one_best(dev, result.weights))
     assert wer.total.errors == result.errors and report.sentences == 9
@@ -73,6 +79,18 @@ def test_rescoring_in_a_few_lines_equals_the_cli(
     )  # fmt: skip
     assert cli.exit_code == 0, cli.output
     assert f"{result.errors} errors" in cli.output or f"[ {result.errors} /" in cli.output
+
+
+def test_version_and_the_module_entry_point_in_process() -> None:
+    """``--version`` through CliRunner, and ``python -m rescorer`` runs the same command group
+    (the subprocess test below runs it for real)."""
+    import rescorer.__main__ as entry
+
+    out = CliRunner().invoke(main, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"rescorer, version {rescorer.__version__}"
+    assert entry.main is main
+    helped = CliRunner().invoke(entry.main, ["wer", "--help"])
+    assert helped.exit_code == 0 and "Word error rate" in helped.output
 
 
 def test_python_dash_m_and_version() -> None:

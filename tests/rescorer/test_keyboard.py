@@ -314,3 +314,30 @@ def test_cli_keyboard_eval_warns_about_unknown_words_and_normalises(
     assert fixed.exit_code == 0, fixed.output
     assert "0.00% outside the 2-word vocabulary" in fixed.output and "warning" not in fixed.output
     assert "k=1 16.67%" in fixed.output  # the same sentences as the clean test above
+    assert "(normalize: punct,lower)" in fixed.output
+
+
+def test_cli_keyboard_eval_records_the_normaliser(tiny_arpa: Path, tmp_path: Path) -> None:
+    """The normaliser is in the report and in every per-sentence result, and runs over raw and
+    normalised text are not compared (lower-casing alone keeps every baseline the same)."""
+    text = tmp_path / "test.tsv"
+    text.write_text("s1\tA b\ns2\tB a\n", encoding="utf-8")
+    common = ["keyboard-eval", "--lm", f"kenlm:{tiny_arpa}", "--text", text, "-k", "1"]
+    raw = run([*common, "--per-sentence", tmp_path / "raw.jsonl", "--report", tmp_path / "r.json"])
+    low = run([*common, "--per-sentence", tmp_path / "low.jsonl", "--report", tmp_path / "l.json",
+               "--normalize", "lower"])  # fmt: skip
+    assert raw.exit_code == 0 and low.exit_code == 0, raw.output + low.output
+    assert json.loads((tmp_path / "r.json").read_text())["normalize"] == "none"
+    assert json.loads((tmp_path / "l.json").read_text())["normalize"] == "lower"
+    rows = [json.loads(line) for line in (tmp_path / "low.jsonl").read_text().splitlines()]
+    assert [r["normalize"] for r in rows] == ["lower", "lower"]
+    assert [r["baseline"] for r in rows] == [
+        json.loads(line)["baseline"] for line in (tmp_path / "raw.jsonl").read_text().splitlines()
+    ]
+    mixed = run(["keyboard-compare", tmp_path / "raw.jsonl", tmp_path / "low.jsonl"])
+    assert mixed.exit_code == 2
+    assert "normalised with 'none' in A but 'lower' in B" in mixed.output
+    same = run(["keyboard-compare", tmp_path / "low.jsonl", tmp_path / "low.jsonl"])
+    assert same.exit_code == 0, same.output
+    # keyboard-eval's help says what its --normalize applies to
+    assert "the test text before typing it" in run(["keyboard-eval", "--help"]).output
