@@ -335,6 +335,117 @@ def test_lstm_sentence_encoder_variant() -> None:
     assert [len(x) for x in lm.token_logprobs(sents, records)] == [len(s) + 1 for s in sents]
 
 
+# -- causality: a position's distribution ignores the tokens after it ---------------------------
+
+CAUSAL_T = 9  # <s> + 8 tokens
+
+
+def _causal_variants() -> list[tuple[str, CUEModel]]:
+    """Random CUE models over every sentence encoder / decoder combination, in eval mode."""
+    cfg = tiny_config()
+    lstm = replace(cfg, sentence=replace(cfg.sentence, kind="lstm"))
+    out = []
+    for name, c in [
+        ("transformer", cfg),
+        ("lstm-sentence", lstm),
+        ("concat-decoder", replace(cfg, decoder="concat")),
+        ("no-sentence-inputs", replace(cfg, sentence_inputs=False)),
+    ]:
+        torch.manual_seed(5)
+        out.append((name, CUEModel(c).eval()))
+    return out
+
+
+def _later_changed(ids: torch.Tensor, t: int, seed: int) -> torch.Tensor:
+    """``ids`` with every token after position ``t`` replaced by another word."""
+    g = torch.Generator().manual_seed(seed)
+    other = ids.clone()
+    n = ids.shape[1] - t - 1
+    other[:, t + 1 :] = (
+        ids[:, t + 1 :] - 3 + torch.randint(1, len(WORDS), (ids.shape[0], n), generator=g)
+    ) % len(WORDS) + 3
+    assert (other[:, t + 1 :] != ids[:, t + 1 :]).all()
+    return other
+
+
+def _moved(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> float:
+    """The largest change between two (.., V) distributions, <s> (always -inf) left out."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    return float(np.abs(np.delete(d, 1, axis=-1)).max())
+
+
+def _causal_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, len(WORDS) + 3, (2, CAUSAL_T), generator=g)
+    ids[:, 0] = 1  # <s>
+    return ids, torch.randn(2, 16, generator=g)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(
+    "name,model", _causal_variants(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_sentence_encoder_and_decoder_are_causal(name: str, model: CUEModel) -> None:
+    """Changing the tokens after position t changes neither the sentence encoder's states nor
+    the sentence LM's or the decoder's distributions at positions <= t; changing token t itself
+    changes position t (the check is not vacuous: a missing causal mask fails it)."""
+    ids, cue = _causal_inputs()
+    states = model.sentence.hidden(ids)
+    sent_lp = model.sentence(ids)
+    dec_lp = model(ids, cue)
+    for t in range(CAUSAL_T - 1):
+        other = _later_changed(ids, t, seed=t)
+        torch.testing.assert_close(model.sentence.hidden(other)[:, : t + 1], states[:, : t + 1])
+        torch.testing.assert_close(model.sentence(other)[:, : t + 1], sent_lp[:, : t + 1])
+        changed = model(other, cue)
+        torch.testing.assert_close(changed[:, : t + 1], dec_lp[:, : t + 1])
+        if name != "no-sentence-inputs":  # that decoder reads no tokens at all
+            assert _moved(changed[:, t + 1], dec_lp[:, t + 1]) > 1e-4
+
+
+def test_a_decoder_without_its_mask_fails_the_causality_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The mutation the test above exists for: attention over the whole sentence."""
+    import lm_models.cue.model as cue_model
+
+    _, model = _causal_variants()[0]
+    ids, cue = _causal_inputs()
+    monkeypatch.setattr(cue_model, "causal_mask", lambda t, device: None)
+    with torch.no_grad():
+        before = model(ids, cue)
+        after = model(_later_changed(ids, 2, seed=0), cue)
+    assert _moved(after[:, :3], before[:, :3]) > 1e-4
+
+
+def test_the_export_graph_is_causal(tmp_path: Path) -> None:
+    """The ONNX graph (ONNX Runtime) keeps the property: a position's distribution, and the
+    token log-probabilities up to it, ignore the tokens after it."""
+    import onnxruntime as ort
+
+    from export.cue_graph import export_cue
+
+    lm = tiny_lm(seed=3)
+    result = export_cue(lm, tmp_path / "cue.onnx")
+    session = ort.InferenceSession(str(result.model_path), providers=["CPUExecutionProvider"])
+    ids, _ = _causal_inputs()
+    ids[:, -1] = 2  # </s>
+    cue = np.random.default_rng(0).normal(size=(2, lm.config.dim)).astype(np.float32)
+    lens = np.full(2, CAUSAL_T, dtype=np.int64)
+
+    def run(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        lp, tok, _ = session.run(None, {"x": x.numpy(), "x_lens": lens, "cue": cue})
+        return lp, tok
+
+    base_lp, base_tok = run(ids)
+    for t in range(CAUSAL_T - 2):
+        lp, tok = run(_later_changed(ids, t, seed=t))
+        np.testing.assert_allclose(lp[:, : t + 1], base_lp[:, : t + 1], atol=1e-5, rtol=0)
+        # token_logprobs[t'] scores x[t' + 1]: those up to t - 1 read only positions <= t
+        np.testing.assert_allclose(tok[:, :t], base_tok[:, :t], atol=1e-5, rtol=0)
+        assert _moved(lp[:, t + 1], base_lp[:, t + 1]) > 1e-4
+
+
 # -- string encoders ------------------------------------------------------------------------------
 
 
