@@ -40,13 +40,13 @@ from torch import Tensor, nn
 
 from export.format import CUE_KIND as EXPORT_KIND
 from export.format import FORMAT, FORMAT_VERSION, LOG_BASE
+from export.parity import TOLERANCE, ParityReport, output_diff
 from lm_models.cue.model import CUELM, PAD_ID, CUEModel
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
 
 logger = logging.getLogger(__name__)
 
 OPSET = 17
-TOLERANCE = 1e-4
 INPUTS = ("x", "x_lens", "cue")
 OUTPUTS = ("log_probs", "token_logprobs", "sentence_logprob")
 
@@ -160,29 +160,6 @@ def export_cue(lm: CUELM, out: str | os.PathLike[str], opset: int = OPSET) -> CU
     return CUEExportResult(out, vocab_path, meta)
 
 
-@dataclass(frozen=True)
-class CUEParityReport:
-    """Largest ONNX-vs-PyTorch difference over random batches."""
-
-    # Largest absolute difference of any output value (nats).
-    max_abs_diff: float
-    # Batches compared.
-    batches: int
-    # The tolerance ``ok`` compares against.
-    tolerance: float = TOLERANCE
-
-    @property
-    def ok(self) -> bool:
-        return self.max_abs_diff <= self.tolerance
-
-    def describe(self) -> str:
-        verdict = "ok" if self.ok else "FAILED"
-        return (
-            f"parity with PyTorch {verdict}: max abs difference {self.max_abs_diff:.2e} "
-            f"(tolerance {self.tolerance:.0e}) over {self.batches} batches"
-        )
-
-
 @torch.no_grad()
 def check_cue_parity(
     lm: CUELM,
@@ -191,7 +168,7 @@ def check_cue_parity(
     max_len: int = 9,
     seed: int = 0,
     tolerance: float = TOLERANCE,
-) -> CUEParityReport:
+) -> ParityReport:
     """Run the export with ONNX Runtime (CPU) and the model with PyTorch on random sentences of
     unequal lengths and random CUE vectors; compare every output."""
     import onnxruntime as ort
@@ -213,12 +190,5 @@ def check_cue_parity(
         got = session.run(list(OUTPUTS), {"x": x, "x_lens": x_lens, "cue": cue})
         ref = scorer(torch.from_numpy(x), torch.from_numpy(x_lens), torch.from_numpy(cue))
         for a, b in zip(got, ref, strict=True):
-            b_np = b.float().numpy()
-            if a.shape != b_np.shape:
-                raise ValueError(f"parity: ONNX output shape {a.shape} != PyTorch {b_np.shape}")
-            finite = np.isfinite(b_np)
-            if not np.array_equal(finite, np.isfinite(a)):
-                return CUEParityReport(float("inf"), len(batch_sizes), tolerance)
-            if finite.any():
-                worst = max(worst, float(np.abs(a[finite] - b_np[finite]).max()))
-    return CUEParityReport(worst, len(batch_sizes), tolerance)
+            worst = max(worst, output_diff(a, b))
+    return ParityReport(EXPORT_KIND, worst, len(batch_sizes), tolerance)

@@ -55,7 +55,9 @@ class ParityReport:
         )
 
 
-def _diff(a: np.ndarray, b: torch.Tensor | np.ndarray) -> float:
+def output_diff(a: np.ndarray, b: torch.Tensor | np.ndarray) -> float:
+    """Largest |a - b| of an ONNX output ``a`` and its PyTorch value ``b`` (log 0 must be log 0
+    in both: inf otherwise); a shape mismatch is a ValueError."""
     b_np = b.detach().to(torch.float32).cpu().numpy() if isinstance(b, torch.Tensor) else b
     if a.shape != b_np.shape:
         raise ValueError(f"parity: ONNX output shape {a.shape} != PyTorch shape {b_np.shape}")
@@ -122,7 +124,9 @@ def check_parity(
             if asr is not None:  # per ASR id: its unit's log-prob, or log 0
                 out = asr.output_map()
                 last = np.where(out >= 0, last[:, np.maximum(out, 0)], -np.inf)  # (N, V_asr)
-            worst = max(worst, _diff(log_probs, last), _diff(h, ref_h), _diff(m, ref_m))
+            worst = max(
+                worst, output_diff(log_probs, last), output_diff(h, ref_h), output_diff(m, ref_m)
+            )
         elif meta.kind == NLL_KIND:  # tokens alone, 0-padded past x_lens (and a padding column)
             words = rng.integers(0, max_len, n)
             x = np.zeros((n, int(words.max()) + 1), dtype=np.int64)
@@ -135,7 +139,7 @@ def check_parity(
             (nll,) = session.run(None, {"x": x, "x_lens": words.astype(np.int64)})
             ft = torch.from_numpy(full)
             ref = model.score(ft[:, :-1], ft[:, 1:], torch.from_numpy(words + 1), records)
-            worst = max(worst, _diff(nll, -ref.sum(dim=1)))
+            worst = max(worst, output_diff(nll, -ref.sum(dim=1)))
         elif meta.scorer:
             words = rng.integers(0, max_len, n)  # sentence lengths, 0 allowed
             width = int(words.max()) + 2
@@ -151,7 +155,7 @@ def check_parity(
             tok, sent = session.run(None, feed)
             xt = torch.from_numpy(x)
             ref = model.score(xt[:, :-1], xt[:, 1:], torch.from_numpy(lens - 1), records)
-            worst = max(worst, _diff(tok, ref), _diff(sent, ref.sum(dim=1)))
+            worst = max(worst, output_diff(tok, ref), output_diff(sent, ref.sum(dim=1)))
         else:
             length = int(rng.integers(1, max_len + 1))
             x = rng.integers(0, v, (n, length)).astype(np.int64)
@@ -163,5 +167,7 @@ def check_parity(
             log_probs, h, m = session.run(None, feed)
             state = (torch.from_numpy(h0).to(dtype), torch.from_numpy(c0).to(dtype))
             ref, (ref_h, ref_m) = model(torch.from_numpy(x), records, state)
-            worst = max(worst, _diff(log_probs, ref), _diff(h, ref_h), _diff(m, ref_m))
+            worst = max(
+                worst, output_diff(log_probs, ref), output_diff(h, ref_h), output_diff(m, ref_m)
+            )
     return ParityReport(meta.kind, worst, len(batch_sizes), tolerance)
