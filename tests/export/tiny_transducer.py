@@ -1,7 +1,8 @@
-"""A tiny random streaming transducer in the form sherpa-onnx loads (icefall's LSTM transducer).
+"""A tiny random transducer in the forms sherpa-onnx loads: icefall's streaming LSTM transducer
+and its offline (non-streaming) transducer, with the same weights.
 
-sherpa-onnx's ``OnlineLstmTransducerModel`` reads three ONNX files, binding inputs and outputs
-by position:
+sherpa-onnx reads three ONNX files, binding inputs and outputs by position. The streaming
+``OnlineLstmTransducerModel`` (``OnlineRecognizer``):
 
 * encoder: ``x`` (N, T, 80) fbank frames, ``h`` (layers, N, d_model), ``c`` (layers, N,
   rnn_hidden_size) -> ``encoder_out`` (N, T', J), ``next_h``, ``next_c``; metadata
@@ -10,6 +11,13 @@ by position:
 * decoder: ``y`` (N, context_size) int64, the last tokens (-1 before the first) ->
   ``decoder_out`` (N, J); metadata ``vocab_size``, ``context_size``;
 * joiner: ``encoder_out`` (N, J), ``decoder_out`` (N, J) -> ``logit`` (N, V).
+
+The offline ``OfflineTransducerModel`` (``OfflineRecognizer.from_transducer``,
+sherpa-onnx/csrc/offline-transducer-model.cc) takes the same decoder and joiner (a hypothesis
+starts from context_size - 1 times -1 and the blank 0), and an encoder ``x`` (N, T, 80), ``x_lens``
+(N,) int64 (the padding frames are log(1e-10)) -> ``encoder_out`` (N, T', J),
+``encoder_out_lens`` (N,) int64, whose metadata it does not read when the model type is given
+(``from_transducer`` passes ``transducer``).
 
 Here the encoder keeps every 4th frame and projects it (tanh), the states pass through; the
 decoder averages the embeddings of its context; the joiner is tanh(enc + dec) W + b, with the
@@ -32,6 +40,7 @@ CHUNK = 16  # frames per encoder call (T and decode_chunk_len)
 SUBSAMPLING = 4
 CONTEXT_SIZE = 2
 OPSET = 17
+INT64_MAX = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
@@ -61,30 +70,47 @@ def _info(name: str, dtype: int, shape: Sequence[int | str]) -> onnx.ValueInfoPr
     return helper.make_tensor_value_info(name, dtype, list(shape))
 
 
-def write_transducer(
-    folder: Path, tokens: Sequence[str], seed: int = 0, dim: int = 16
-) -> Transducer:
-    """Write tokens.txt and the encoder, decoder and joiner of a random transducer over
-    ``tokens`` (id i = tokens[i]; the blank must be id 0, as sherpa-onnx assumes)."""
-    if tokens[0] not in ("<blk>", "<blank>"):
-        raise ValueError(
-            f"sherpa-onnx's transducer search takes id 0 as the blank, got {tokens[0]!r}"
-        )
-    rng = np.random.default_rng(seed)
-    v, j = len(tokens), dim
-    folder.mkdir(parents=True, exist_ok=True)
-    tokens_path = folder / "tokens.txt"
-    tokens_path.write_text("".join(f"{t} {i}\n" for i, t in enumerate(tokens)), encoding="utf-8")
+def _encoder(rng: np.random.Generator, j: int, streaming: bool) -> tuple[onnx.GraphProto, dict]:
+    """Every 4th frame, tanh(x W + b), in the streaming or the offline signature."""
     float_, int64 = TensorProto.FLOAT, TensorProto.INT64
-
-    # encoder: every 4th frame, tanh(x W + b); the LSTM states pass through unchanged
+    frames = CHUNK if streaming else INT64_MAX  # the offline encoder takes all frames
+    project = [
+        helper.make_node("Slice", ["x", "start", "stop", "axis1", "step"], ["kept"]),
+        helper.make_node("MatMul", ["kept", "w_enc"], ["proj"]),  # (N, T/4, J)
+        helper.make_node("Add", ["proj", "b_enc"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["encoder_out"]),
+    ]
+    weights = [
+        _const("start", np.array([0])),
+        _const("stop", np.array([frames])),
+        _const("axis1", np.array([1])),
+        _const("step", np.array([SUBSAMPLING])),
+        _const("w_enc", rng.standard_normal((FEATURES, j)) * 0.2),
+        _const("b_enc", rng.standard_normal(j)),
+    ]
+    if not streaming:  # x_lens -> encoder_out_lens = ceil(x_lens / 4), the frames kept
+        lens = [
+            helper.make_node("Add", ["x_lens", "round_up"], ["lens_up"]),
+            helper.make_node("Div", ["lens_up", "subsampling"], ["encoder_out_lens"]),
+        ]
+        ins = [_info("x", float_, ["N", "T", FEATURES]), _info("x_lens", int64, ["N"])]
+        outs = [
+            _info("encoder_out", float_, ["N", "T_out", j]),
+            _info("encoder_out_lens", int64, ["N"]),
+        ]
+        extra = [
+            _const("round_up", np.array(SUBSAMPLING - 1)),
+            _const("subsampling", np.array(SUBSAMPLING)),
+        ]
+        graph = helper.make_graph(
+            project + lens, "tiny_offline_encoder", ins, outs, weights + extra
+        )
+        return graph, {}  # from_transducer's model_type "transducer": no metadata is read
+    # streaming: the LSTM states pass through unchanged
     state = [1, "N", 4]
-    encoder = helper.make_graph(
+    graph = helper.make_graph(
         [
-            helper.make_node("Slice", ["x", "start", "stop", "axis1", "step"], ["kept"]),
-            helper.make_node("MatMul", ["kept", "w_enc"], ["proj"]),  # (N, T/4, J)
-            helper.make_node("Add", ["proj", "b_enc"], ["pre"]),
-            helper.make_node("Tanh", ["pre"], ["encoder_out"]),
+            *project,
             helper.make_node("Identity", ["h"], ["next_h"]),
             helper.make_node("Identity", ["c"], ["next_c"]),
         ],
@@ -99,14 +125,7 @@ def write_transducer(
             _info("next_h", float_, state),
             _info("next_c", float_, state),
         ],
-        initializer=[
-            _const("start", np.array([0])),
-            _const("stop", np.array([CHUNK])),
-            _const("axis1", np.array([1])),
-            _const("step", np.array([SUBSAMPLING])),
-            _const("w_enc", rng.standard_normal((FEATURES, j)) * 0.2),
-            _const("b_enc", rng.standard_normal(j)),
-        ],
+        initializer=weights,
     )
     meta = {
         "model_type": "lstm",
@@ -116,7 +135,26 @@ def write_transducer(
         "rnn_hidden_size": "4",
         "d_model": "4",
     }
-    encoder_path = _save(encoder, meta, folder / "encoder.onnx")
+    return graph, meta
+
+
+def write_transducer(
+    folder: Path, tokens: Sequence[str], seed: int = 0, dim: int = 16, streaming: bool = True
+) -> Transducer:
+    """Write tokens.txt and the encoder, decoder and joiner of a random transducer over
+    ``tokens`` (id i = tokens[i]; the blank must be id 0, as sherpa-onnx assumes): streaming
+    (OnlineRecognizer) or offline (OfflineRecognizer); the same weights either way."""
+    if tokens[0] not in ("<blk>", "<blank>"):
+        raise ValueError(
+            f"sherpa-onnx's transducer search takes id 0 as the blank, got {tokens[0]!r}"
+        )
+    rng = np.random.default_rng(seed)
+    v, j = len(tokens), dim
+    folder.mkdir(parents=True, exist_ok=True)
+    tokens_path = folder / "tokens.txt"
+    tokens_path.write_text("".join(f"{t} {i}\n" for i, t in enumerate(tokens)), encoding="utf-8")
+    float_, int64 = TensorProto.FLOAT, TensorProto.INT64
+    encoder_path = _save(*_encoder(rng, j, streaming), folder / "encoder.onnx")
 
     # decoder: tanh(mean of the context's embeddings); -1 (before the first token) is the last row
     decoder = helper.make_graph(
