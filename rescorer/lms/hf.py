@@ -18,6 +18,16 @@ term, as for the toolkit's subword models; no word is unknown. Hypotheses are sc
 of about ``batch_tokens`` padded tokens (right padding, attention mask), sorted by length, on
 CUDA when available.
 
+Long sentences: a model reads at most ``L = max_positions`` tokens (GPT-2's ``n_positions``, a
+Llama's ``max_position_embeddings``; no limit when its config names none). A sentence whose
+BOS + pieces are longer is scored in overlapping windows, the usual sliding-window evaluation:
+window k covers input positions ``[k * stride, k * stride + L)`` with ``stride = L // 2``
+(cut at the sentence's end) and scores the targets that no earlier window scored, so every
+piece keeps at least ``L - stride`` tokens of left context. Windows after the first start
+mid-sentence, without BOS. A piece's context depends on its position only, never on how long
+the sentence goes on, so streaming (:meth:`HFCausalLM.advance`) gives the same values. Sentences
+that fit are scored in one pass, as above.
+
 Case: ASR output is often upper case (LibriSpeech) while these models saw mixed-case text.
 ``case="auto"`` lower-cases sentences written entirely in capitals and leaves the rest as they
 are; ``none``, ``lower`` and ``upper`` force a mapping.
@@ -102,6 +112,7 @@ class HFCausalLM:
         if eos is None or bos is None:
             raise ValueError(f"{path}: the tokenizer has no EOS token to end sentences with")
         self.bos_id, self.eos_id = int(bos), int(eos)
+        self.max_positions = _max_positions(model.config)
         self.model = model.to(self.device).eval()
         logger.info("loaded hf model %s on %s", path, self.device)
 
@@ -152,10 +163,23 @@ class HFCausalLM:
         return np.array([v.sum() for v in self.token_logprobs(sentences, contexts)])
 
     def _piece_logprobs(self, sequences: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """log P of each piece and of EOS after BOS + pieces, batched by padded tokens."""
+        """log P of each piece and of EOS after BOS + pieces, batched by padded tokens; the
+        sentences longer than the model's context in windows (:meth:`_windowed`)."""
         torch = self._torch
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         out: list[np.ndarray] = [np.empty(0)] * len(sequences)
+        limit = self.max_positions
+        long = [i for i, s in enumerate(sequences) if limit is not None and len(s) + 1 > limit]
+        if long:
+            logger.info(
+                "%d of %d sentence(s) longer than the model's %d positions: scored in windows",
+                len(long), len(sequences), limit,
+            )  # fmt: skip
+            for i in long:
+                out[i] = self._windowed(sequences[i])
+        skip = set(long)
+        order = sorted(
+            (i for i in range(len(sequences)) if i not in skip), key=lambda i: len(sequences[i])
+        )
         start = 0
         while start < len(order):
             width = len(sequences[order[start]]) + 1
@@ -187,6 +211,42 @@ class HFCausalLM:
             start = stop
         return out
 
+    def _windowed(self, seq: Sequence[int]) -> np.ndarray:
+        """log P of each piece and of EOS of one sentence longer than the model's context, in
+        windows of ``max_positions`` tokens (the module docstring states the convention)."""
+        torch = self._torch
+        assert self.max_positions is not None
+        inputs = [self.bos_id, *seq]  # (T,): what each target is predicted after
+        targets = [*seq, self.eos_id]  # (T,)
+        limit, total = self.max_positions, len(inputs)
+        stride = max(1, limit // 2)
+        # Window k: inputs [k * stride, end_k), end_k = min(k * stride + limit, total); it scores
+        # the targets [end_{k-1}, end_k) (from 0 for the first).
+        starts = range(0, total - limit + stride, stride)
+        ends = [min(start + limit, total) for start in starts]
+        rows = torch.full((len(ends), limit), self.eos_id, dtype=torch.long)  # (W, L), padded
+        picks = torch.full((len(ends), limit), self.eos_id, dtype=torch.long)  # (W, L)
+        mask = torch.zeros((len(ends), limit), dtype=torch.long)
+        for k, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            rows[k, : end - start] = torch.tensor(inputs[start:end], dtype=torch.long)
+            picks[k, : end - start] = torch.tensor(targets[start:end], dtype=torch.long)
+            mask[k, : end - start] = 1
+        out = np.empty(total, dtype=np.float64)
+        per_batch = max(1, self.batch_tokens // limit)
+        for first in range(0, len(ends), per_batch):
+            sl = slice(first, first + per_batch)
+            with torch.inference_mode():
+                logits = self.model(
+                    input_ids=rows[sl].to(self.device), attention_mask=mask[sl].to(self.device)
+                ).logits.float()
+                lp = torch.log_softmax(logits, dim=-1)
+                wanted = picks[sl].to(self.device).unsqueeze(2)
+                picked = lp.gather(2, wanted).squeeze(2).double().cpu().numpy()  # (w, L)
+            for r, k in enumerate(range(first, first + len(picked))):
+                done = 0 if k == 0 else ends[k - 1]
+                out[done : ends[k]] = picked[r, done - starts[k] : ends[k] - starts[k]]
+        return out
+
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """No word is unknown to a model over subword pieces."""
         return [np.zeros(len(s), dtype=bool) for s in sentences]
@@ -216,6 +276,15 @@ class HFCausalLM:
 
     def __repr__(self) -> str:
         return f"HFCausalLM({str(self.path)!r}, device={str(self.device)!r})"
+
+
+def _max_positions(config: Any) -> int | None:
+    """The longest input a transformers config allows (None: it names no limit)."""
+    for key in ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 1:
+            return value
+    return None
 
 
 load_hf_lm = loader(HFCausalLM, "device", "batch_tokens")

@@ -116,6 +116,63 @@ def test_case_and_streaming(tiny: Path) -> None:
     assert total == pytest.approx(auto.sentence_logprobs([words])[0], abs=1e-4)
 
 
+LONG = ("the cat sat on the mat and a dog ran in the park " * 8).split()  # ~100 pieces
+
+
+def windowed_by_hand(path: Path, lm: HFCausalLM, words: list[str]) -> np.ndarray:
+    """Each target's log-prob from its own forward pass over the window that scores it: targets
+    before L with everything before them (from BOS), target p >= L in the first window
+    [k * stride, k * stride + L) that reaches past p."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    ids, _ = lm.pieces(words)
+    inputs, targets = [lm.bos_id, *ids], [*ids, lm.eos_id]
+    limit, stride = model.config.n_positions, model.config.n_positions // 2
+    values = []
+    for p, target in enumerate(targets):
+        # the first window k * stride + L that reaches past p
+        start = 0 if p < limit else stride * -(-(p + 1 - limit) // stride)
+        window = torch.tensor([inputs[start : p + 1]])  # causal: later tokens change nothing
+        with torch.no_grad():
+            lp = torch.log_softmax(model(window).logits[0, -1].double(), -1)
+        values.append(float(lp[target]))
+    return np.array(values)
+
+
+def test_sentences_longer_than_the_context_are_scored_in_windows(tiny: Path) -> None:
+    lm = HFCausalLM(tiny, device="cpu")
+    assert lm.max_positions == 64
+    ids, owner = lm.pieces(LONG)
+    assert len(ids) + 1 > 64 + 32  # three windows: ends at 64, 96 and the sentence's end
+    want = windowed_by_hand(tiny, lm, LONG)
+    got = lm._piece_logprobs([ids])[0]
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    # with the short sentences in one call: every one as it is alone, in its place
+    mixed = [*SENTENCES[:2], LONG, SENTENCES[4]]
+    values = lm.token_logprobs(mixed)
+    np.testing.assert_allclose(values[2].sum(), want.sum(), atol=1e-3, rtol=0)
+    shorts = [*SENTENCES[:2], SENTENCES[4]]
+    for got_short, words in zip([values[0], values[1], values[3]], shorts, strict=True):
+        np.testing.assert_allclose(got_short, direct(tiny, words)[1], atol=1e-4, rtol=0)
+    # word values: the pieces summed per word, EOS last
+    expected_words = np.zeros(len(LONG) + 1)
+    np.add.at(expected_words, np.asarray(owner), want[: len(ids)])
+    expected_words[-1] = want[-1]
+    np.testing.assert_allclose(values[2], expected_words, atol=1e-4, rtol=0)
+    # streaming gives the same sentence value
+    states, total = [lm.start()], 0.0
+    for w in [*LONG, "</s>"]:
+        step, states = lm.advance(states, [w])
+        total += float(step[0])
+    assert total == pytest.approx(float(want.sum()), abs=1e-3)
+
+
+def test_a_sentence_that_just_fits_takes_one_pass(tiny: Path) -> None:
+    lm = HFCausalLM(tiny, device="cpu")
+    words = ["the"] * 63
+    assert len(lm.pieces(words)[0]) + 1 == 64  # BOS + 63 pieces: the model's whole context
+    np.testing.assert_allclose(lm.token_logprobs([words])[0], direct(tiny, words)[1], atol=1e-4)
+
+
 def test_pickled_weights_and_bad_folders_are_refused(tmp_path: Path) -> None:
     folder = tmp_path / "gpt"
     folder.mkdir()
