@@ -173,6 +173,51 @@ def test_a_sentence_that_just_fits_takes_one_pass(tiny: Path) -> None:
     np.testing.assert_allclose(lm.token_logprobs([words])[0], direct(tiny, words)[1], atol=1e-4)
 
 
+NBEST = [
+    "THE CAT SAT ON THE MAT AND A DOG RAN",  # list 1: four hypotheses sharing a long start
+    "THE CAT SAT ON THE MAT AND A DOG RUN",
+    "THE CAT SAT ON THE MAT",  # the shared part itself (nothing after it)
+    "THE CAT SAT ON THE MAT AND THE DOG RAN IN THE PARK",
+    "A DOG RAN IN THE PARK",  # list 2: one hypothesis
+    "HE SAID THAT IT WAS GOOD",  # list 3: two sharing the start
+    "HE SAID THAT IT WAS",
+]
+
+
+def test_prefix_cache_gives_the_values_of_one_pass_each(
+    tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hypotheses that share their start (an N-best list) run it once and their remainders on
+    its cached keys and values: the same values as without the cache."""
+    from rescorer.lms import hf
+
+    sentences = [h.split() for h in NBEST]
+    plain = HFCausalLM(tiny, device="cpu", prefix_cache=False).token_logprobs(sentences)
+    cached_lm = HFCausalLM(tiny, device="cpu")
+    groups: list[list[int]] = []
+    original = HFCausalLM._shared
+
+    def spy(self: HFCausalLM, group: list[int], sequences: list) -> list:
+        groups.append(list(group))
+        return original(self, group, sequences)
+
+    monkeypatch.setattr(HFCausalLM, "_shared", spy)
+    cached = cached_lm.token_logprobs(sentences)
+    assert sorted(sorted(g) for g in groups) == [[0, 1, 2, 3], [5, 6]]  # the lone one: plain
+    for a, b, words in zip(cached, plain, sentences, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+        np.testing.assert_allclose(a, direct(tiny, words)[1], atol=1e-4, rtol=0)
+    # groups form whatever the order; a long sentence is windowed, never in a group
+    groups.clear()
+    mixed = [sentences[0], LONG, sentences[5], sentences[1], sentences[2]]
+    got = cached_lm.token_logprobs(mixed)
+    assert sorted(sorted(g) for g in groups) == [[0, 3, 4]]
+    np.testing.assert_allclose(got[1], cached_lm.token_logprobs([LONG])[0], atol=1e-5)
+    # the option reaches the model through a spec's options
+    assert load_lm(f"hf:{tiny}", prefix_cache=False).prefix_cache is False
+    assert hf.MIN_SHARED_PIECES >= 1
+
+
 def test_pickled_weights_and_bad_folders_are_refused(tmp_path: Path) -> None:
     folder = tmp_path / "gpt"
     folder.mkdir()
