@@ -62,19 +62,25 @@ ATOL = 1e-4  # sherpa-onnx accumulates the scaled scores in float32, then divide
 LM_SCALE = 0.5
 
 
+def recognizer_args(transducer: Transducer, lm: Path | None, scale: float, paths: int) -> dict:
+    """The arguments of sherpa-onnx's ``from_transducer``, online and offline alike."""
+    return {
+        "tokens": str(transducer.tokens),
+        "encoder": str(transducer.encoder),
+        "decoder": str(transducer.decoder),
+        "joiner": str(transducer.joiner),
+        "num_threads": 1,
+        "decoding_method": "modified_beam_search",
+        "max_active_paths": paths,
+        "lm": "" if lm is None else str(lm),
+        "lm_scale": scale,
+    }
+
+
 def decode(transducer: Transducer, lm: Path | None, scale: float = LM_SCALE) -> tuple[list, list]:
     """sherpa-onnx's streaming decoding of a noise waveform -> (tokens, lm_probs)."""
-    recognizer = sherpa_onnx.OnlineRecognizer.from_transducer(
-        tokens=str(transducer.tokens),
-        encoder=str(transducer.encoder),
-        decoder=str(transducer.decoder),
-        joiner=str(transducer.joiner),
-        num_threads=1,
-        decoding_method="modified_beam_search",
-        max_active_paths=4,
-        lm="" if lm is None else str(lm),
-        lm_scale=scale,
-    )
+    args = recognizer_args(transducer, lm, scale, paths=4)
+    recognizer = sherpa_onnx.OnlineRecognizer.from_transducer(**args)
     stream = recognizer.create_stream()
     stream.accept_waveform(16000, noise_waveform())
     stream.input_finished()
@@ -145,17 +151,8 @@ SECONDS = 2.0  # of noise: 12 tokens or so
 
 def decode_offline(transducer: Transducer, lm: Path | None, scale: float) -> list[str]:
     """sherpa-onnx's offline decoding of a noise waveform, rescored by ``lm`` -> its tokens."""
-    recognizer = sherpa_onnx.OfflineRecognizer.from_transducer(
-        encoder=str(transducer.encoder),
-        decoder=str(transducer.decoder),
-        joiner=str(transducer.joiner),
-        tokens=str(transducer.tokens),
-        num_threads=1,
-        decoding_method="modified_beam_search",
-        max_active_paths=8,
-        lm="" if lm is None else str(lm),
-        lm_scale=scale,
-    )
+    args = recognizer_args(transducer, lm, scale, paths=8)
+    recognizer = sherpa_onnx.OfflineRecognizer.from_transducer(**args)
     stream = recognizer.create_stream()
     stream.accept_waveform(16000, noise_waveform(SECONDS))
     recognizer.decode_stream(stream)
