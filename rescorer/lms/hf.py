@@ -197,8 +197,12 @@ class HFCausalLM:
         skip = set(long)
         if self.prefix_cache:
             for group in _shared_runs(sequences, skip, MIN_SHARED_PIECES):
-                for i, values in zip(group, self._shared(group, sequences), strict=True):
-                    out[i] = values
+                # at most about batch_tokens padded tokens in one remainder batch
+                rows = max(2, self.batch_tokens // (max(len(sequences[i]) for i in group) + 1))
+                for first in range(0, len(group), rows):
+                    chunk = group[first : first + rows]
+                    for i, values in zip(chunk, self._shared(chunk, sequences), strict=True):
+                        out[i] = values
                 skip.update(group)
         order = sorted(
             (i for i in range(len(sequences)) if i not in skip), key=lambda i: len(sequences[i])

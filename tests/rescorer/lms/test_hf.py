@@ -207,6 +207,11 @@ def test_prefix_cache_gives_the_values_of_one_pass_each(
     for a, b, words in zip(cached, plain, sentences, strict=True):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
         np.testing.assert_allclose(a, direct(tiny, words)[1], atol=1e-4, rtol=0)
+    # a group wider than batch_tokens is scored in parts (each with its own shared start)
+    small = HFCausalLM(tiny, device="cpu", batch_tokens=16).token_logprobs(sentences)
+    for a, b in zip(small, plain, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
+    assert len(groups) > 4  # the first group of 4 went in parts (with the spy still on)
     # groups form whatever the order; a long sentence is windowed, never in a group
     groups.clear()
     mixed = [sentences[0], LONG, sentences[5], sentences[1], sentences[2]]
