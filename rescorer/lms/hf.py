@@ -23,7 +23,7 @@ their pieces and cut into groups that share at least ``MIN_SHARED_PIECES`` first
 N-best list's hypotheses mostly share their start); a group runs BOS + its shared pieces once
 and all its remainders in one padded batch on the cached keys and values. The values equal
 one pass per sentence up to float32 rounding (~1e-5 nats). Measured on 100 dev_other 30-best
-lists (``bench/results/hf.md``): 77 % of the pieces fed, 1.09x faster on a CPU with a small
+lists (``bench/results/hf.md``): 77 % of the pieces fed, 1.1x faster on a CPU with a small
 GPT-2, where the extra forward call per group costs about what the shared pieces save; the
 saving grows with the model's cost per token.
 
