@@ -1,11 +1,12 @@
-"""Turning encoded sentences into length-bucketed, padded training batches."""
+"""Turning encoded sentences into length-bucketed, padded training batches, and token rows into
+shuffled batches of rows (:func:`row_batches`)."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -103,6 +104,23 @@ def bucket_parts(
         for idxs in bucket_batches(lengths, batch_tokens, seed + PART_SEED_STEP * part_id):
             yield [examples[i] for i in idxs]
         del examples  # before `parts` reads the next part
+
+
+P = TypeVar("P", bound=Sized)
+
+
+def row_batches(
+    parts: Iterable[P], batch_size: int, generator: torch.Generator
+) -> Iterator[tuple[P, torch.Tensor]]:
+    """Batches of rows that come in parts (all the rows in one part, or a corpus's shards read
+    one at a time), as ``(part, row indices)``: each part's ``len(part)`` rows in an order drawn
+    with ``generator`` (``torch.randperm``), cut into batches of ``batch_size`` (the part's last
+    one smaller). A part's batches all come before the next part is drawn, and nothing of a part
+    is kept once the next one is asked for."""
+    for part in parts:
+        for idx in torch.randperm(len(part), generator=generator).split(batch_size):
+            yield part, idx
+        del part  # before `parts` reads the next part
 
 
 def collate(examples: Sequence[Example], pad_id: int) -> Batch:

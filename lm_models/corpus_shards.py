@@ -2,13 +2,14 @@
 
     rescorer corpus shard train.jsonl shards/ --shards 64      (write_shards)
 
-A shard folder holds the shard files and ``index.json``. Line k of the input (blank lines left
-out, k counted from 0 over the others) goes to shard ``k mod N``, in input order: the shards
-partition the lines, each one a sample of the whole corpus, their sizes within one line of each
-other, and the same input always gives byte-identical shards. The lines are copied as they are
-(``text``: one sentence per line; ``jsonl``: one document per line, checked to be a JSON object
-with a ``text``), so a shard is a corpus file of its own for the readers of
-:mod:`lm_models.corpora`.
+A shard folder holds the shard files and ``index.json``. Unit k of the input (k counted from 0)
+goes to shard ``k mod N``, in input order: the shards partition the units, each one a sample of
+the whole corpus, their sizes within one unit of each other, and the same input always gives
+byte-identical shards. A unit is a non-blank line (``text``: one sentence per line; ``jsonl``:
+one document per line, checked to be a JSON object with a ``text``) or a sentence block
+(``conllu``: comment and word lines up to a blank line, each line checked to be a comment or to
+have ten tab-separated fields). Units are copied as they are, so a shard is a corpus file of its
+own for the readers of :mod:`lm_models.corpora`, :mod:`lm_models.conllu`.
 
 ``index.json``::
 
@@ -17,14 +18,19 @@ with a ``text``), so a shard is a corpus file of its own for the readers of
      "shards": [{"file": "shard-00000.jsonl", "lines": 1875, "words": 44907,
                  "bytes": 310442, "sha256": "9f2c..."}, ...]}
 
-``words`` counts the whitespace-separated words of the text (before any tokenisation).
+``lines`` counts the units (lines; sentences of a CoNLL-U corpus), ``words`` the
+whitespace-separated words of the text before any tokenisation (CoNLL-U: the syntactic words,
+the lines with a whole-number ID).
 :meth:`ShardIndex.load` checks the index and that every shard is there with its size; a
 :class:`ShardReader` checks a shard's SHA-256 the first time it reads it. A missing, truncated
 or changed shard is an :class:`~rescorer.core.errors.InputError` naming the file.
 
 Data-parallel training: process r of N reads shards r, r + N, ... (:meth:`ShardIndex.assigned`),
 one shard at a time, in an order drawn anew each epoch (:meth:`ShardReader.parts`): a process
-never holds more than one shard of the corpus.
+never holds more than one shard of the corpus. A trainer opens its shards as a
+:class:`ShardStream` (:meth:`ShardStream.open`: the index checked, the kind its corpus reader
+reads, this process's shards), counts them in one pass for its vocabulary (the counts merged over
+the processes with :func:`lm_models.distributed.all_merged`) and reads them again each epoch.
 """
 
 from __future__ import annotations
@@ -48,21 +54,28 @@ logger = logging.getLogger(__name__)
 FORMAT = "lm_models.corpus_shards"
 VERSION = 1
 INDEX_FILE = "index.json"
-KINDS = ("text", "jsonl")
+KINDS = ("text", "jsonl", "conllu")
+UNITS = {"text": "text lines", "jsonl": "jsonl lines", "conllu": "CoNLL-U sentences"}  # of a kind
+EXTENSIONS = {"text": "txt", "jsonl": "jsonl", "conllu": "conllu"}  # of the shard files
 FLUSH_BYTES = 32 * 2**20  # lines kept in memory by the writer before they go to the files
 HASH_CHUNK = 2**20
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 def kind_of(path: str | Path) -> str:
-    """``jsonl`` for a ``.jsonl`` (or ``.jsonl.gz``) file name, else ``text``."""
+    """``jsonl`` for a ``.jsonl`` (or ``.jsonl.gz``) file name, ``conllu`` for a ``.conllu``
+    (``.conllu.gz``) one, else ``text``."""
     name = Path(path).name
-    return "jsonl" if name.endswith((".jsonl", ".jsonl.gz")) else "text"
+    for kind in ("jsonl", "conllu"):
+        if name.endswith((f".{kind}", f".{kind}.gz")):
+            return kind
+    return "text"
 
 
 def shard_name(i: int, kind: str) -> str:
-    return f"shard-{i:05d}.{'jsonl' if kind == 'jsonl' else 'txt'}"
+    return f"shard-{i:05d}.{EXTENSIONS[kind]}"
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class ShardInfo:
 
     # File name inside the shard folder.
     file: str
-    # Lines (non-blank input lines) and whitespace-separated words of their text.
+    # Units (non-blank input lines; CoNLL-U sentences) and the words of their text.
     lines: int
     words: int
     # Size in bytes and SHA-256 (hex) of the file as written.
@@ -85,7 +98,8 @@ class ShardIndex:
 
     # The shard folder.
     directory: Path
-    # "text" (one sentence per line) or "jsonl" (one JSON document per line).
+    # "text" (one sentence per line), "jsonl" (one JSON document per line) or "conllu"
+    # (CoNLL-U sentence blocks).
     kind: str
     # The input file the shards were cut from, as given to the writer.
     source: str
@@ -211,6 +225,40 @@ def _words_of(line: str, kind: str, source: Path, lineno: int) -> int:
     raise InputError("'text' must be a string or a list of strings", source, lineno)
 
 
+def _conllu_word(line: str, source: Path, lineno: int) -> int:
+    """1 for a syntactic word line, 0 for a comment, multiword token or empty node line;
+    InputError for a line of neither shape (the reader checks the rest)."""
+    if line.startswith("#"):
+        return 0
+    fields = line.split("\t")
+    if len(fields) != 10:
+        raise InputError(
+            f"expected a comment or 10 tab-separated fields, got {len(fields)}: {line[:60]!r}",
+            source,
+            lineno,
+        )
+    return 1 if fields[0].isdigit() else 0
+
+
+def _units(source: Path, kind: str) -> Iterator[tuple[str, int]]:
+    """The units of ``source`` as ``(text written to the shard, words)``: non-blank lines, or
+    for CoNLL-U each sentence block with the blank line that ends it."""
+    block: list[str] = []
+    words = 0
+    for lineno, line in read_lines(source):
+        if kind != "conllu":
+            if line.strip():
+                yield line, _words_of(line, kind, source, lineno)
+        elif line.strip():
+            block.append(line)
+            words += _conllu_word(line, source, lineno)
+        elif block:
+            yield "\n".join(block) + "\n", words
+            block, words = [], 0
+    if block:  # a file may end without the blank line
+        yield "\n".join(block) + "\n", words
+
+
 class _ShardWriter:
     """The shard files being written: lines kept per shard and appended in chunks, so that the
     writer holds at most FLUSH_BYTES of text and one open file at a time."""
@@ -262,11 +310,11 @@ def write_shards(
 ) -> ShardIndex:
     """Cut the corpus file ``source`` into ``n_shards`` shards in the folder ``out_dir``.
 
-    ``kind`` is "text" or "jsonl" (None: from the file name, :func:`kind_of`). The input is read
-    line by line (``.gz`` too); the folder is written aside and swapped in whole, so a kill
-    leaves the old folder or the new one. A JSONL line that is not a document is an InputError
-    naming the input line, and so is an input of fewer non-blank lines than shards (a shard
-    would be empty).
+    ``kind`` is "text", "jsonl" or "conllu" (None: from the file name, :func:`kind_of`). The
+    input is read line by line (``.gz`` too); the folder is written aside and swapped in whole,
+    so a kill leaves the old folder or the new one. A JSONL line that is not a document, or a
+    CoNLL-U line neither a comment nor ten fields, is an InputError naming the input line, and
+    so is an input of fewer units than shards (a shard would be empty).
     """
     source = Path(source)
     kind = kind_of(source) if kind is None else kind
@@ -277,23 +325,23 @@ def write_shards(
     with atomic_dir(out_dir) as folder:
         writer = _ShardWriter(folder, n_shards, kind)
         k = 0
-        for lineno, line in read_lines(source):
-            if not line.strip():
-                continue
-            writer.add(k % n_shards, line, _words_of(line, kind, source, lineno))
+        for unit, words in _units(source, kind):
+            writer.add(k % n_shards, unit, words)
             k += 1
         if k < n_shards:
-            raise InputError(f"{k} non-blank lines cannot fill {n_shards} shards", source)
+            what = "sentences" if kind == "conllu" else "non-blank lines"
+            raise InputError(f"{k} {what} cannot fill {n_shards} shards", source)
         index = ShardIndex(Path(out_dir), kind, str(source), writer.infos())
         (folder / INDEX_FILE).write_text(
             json.dumps(index.to_json(), indent=1) + "\n", encoding="utf-8"
         )
     logger.info(
-        "wrote %d shards of %s to %s: %d lines, %d words",
+        "wrote %d shards of %s to %s: %d %s, %d words",
         n_shards,
         source,
         out_dir,
         index.lines,
+        UNITS[kind],
         index.words,
     )
     return index
@@ -372,6 +420,65 @@ class ShardReader(Generic[T]):
             del part  # the caller's reference is the only one left
 
 
+@dataclass(frozen=True)
+class ShardStream(Generic[T]):
+    """A training process's shards of a shard folder, read with its corpus reader: what a
+    trainer streams its training data from, one shard at a time."""
+
+    # Reads (and checks) a shard into what the corpus reader gives (documents, sentences).
+    reader: ShardReader[T]
+    # The shards this process reads (ShardIndex.assigned), in shard order.
+    shards: tuple[int, ...]
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        kind: str,
+        read: Callable[[Path], T],
+        rank: int = 0,
+        size: int = 1,
+        corpus: str = "",
+    ) -> ShardStream[T]:
+        """Process ``rank`` of ``size``'s shards of the folder ``directory``, which must hold
+        shards of ``kind`` (the units the ``corpus`` reader ``read`` reads; InputError
+        otherwise)."""
+        index = ShardIndex.load(directory)
+        if index.kind != kind:
+            raise InputError(
+                f"shards of {UNITS[index.kind]}; corpus {corpus!r} reads {UNITS[kind]}",
+                index.directory,
+            )
+        mine = index.assigned(rank, size)
+        logger.info(
+            "training data: %d shards in %s (%d %s, %d words), this process reads %d",
+            len(index.shards),
+            index.directory,
+            index.lines,
+            UNITS[kind],
+            index.words,
+            len(mine),
+        )
+        return cls(ShardReader(index, read), mine)
+
+    @property
+    def index(self) -> ShardIndex:
+        return self.reader.index
+
+    def parts(self, seed: int | None = None) -> Iterator[tuple[int, T]]:
+        """``(shard, what the reader gave)`` for this process's shards, one at a time, in shard
+        order or in an order drawn with ``seed`` (:meth:`ShardReader.parts`)."""
+        return self.reader.parts(self.shards, seed)
+
+    def count(self, counts: C, add: Callable[[C, T], object]) -> C:
+        """``counts`` after ``add(counts, part)`` for each of this process's shards, read one at a
+        time in shard order (the counting pass before training)."""
+        for _, part in self.parts():
+            add(counts, part)
+            del part
+        return counts
+
+
 def check_all(index: ShardIndex) -> None:
     """Check every shard's size and SHA-256 against the index (InputError naming the file)."""
     reader: ShardReader[None] = ShardReader(index, lambda _path: None)
@@ -380,7 +487,8 @@ def check_all(index: ShardIndex) -> None:
 
 
 def lines_of(index: ShardIndex, shards: Iterable[int] | None = None) -> Iterator[str]:
-    """The lines of ``shards`` (default: all, in shard order), read one shard at a time."""
+    """The lines of ``shards`` (default: all, in shard order), read one shard at a time (text and
+    jsonl shards; a CoNLL-U shard's lines include the blank ones that end its sentences)."""
     reader = ShardReader(index, lambda path: [line for _, line in read_lines(path)])
     for _, lines in reader.parts(range(len(index.shards)) if shards is None else list(shards)):
         yield from lines

@@ -11,6 +11,9 @@ process is up (:func:`init_world` starts it from torchrun's environment):
   document, sentence or row of the corpus (:func:`share`; the vocabulary is built from the
   whole corpus first, the same in every process), or reads only its own shards of a sharded
   corpus (:mod:`lm_models.corpus_shards`), so that its training data take 1/N of the memory;
+  the counts its vocabulary comes from are then each process's own shards' merged over the
+  processes (:func:`all_merged`; counts of many distinct keys, such as the FNLM's n-gram
+  patterns, by owner process: :func:`total_counts`);
 - every process starts from the main process's weights (:func:`broadcast_parameters`) and
   draws its own batches from its own share (its generators seeded with :func:`rank_seed`);
 - every process takes the same number of steps in an epoch, as many as the process with the
@@ -35,19 +38,23 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from lm_models.corpus_shards import ShardStream
 from rescorer.core.device import resolve_device
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M", bound="Mergeable")
 
 
 @dataclass(frozen=True)
@@ -329,3 +336,118 @@ def broadcast_object(obj: Any, world: World) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def all_to_all_objects(pieces: Sequence[Any], world: World) -> list[Any]:
+    """Piece r of this process's picklable ``pieces`` (one per process) goes to process r;
+    returns the pieces every process sent this one, in rank order. One scatter per process, so
+    a process receives only its own pieces."""
+    if len(pieces) != world.size:
+        raise ValueError(f"expected one piece per process ({world.size}), got {len(pieces)}")
+    if not world.parallel:
+        return list(pieces)
+    received = []
+    for src in range(world.size):
+        box: list[Any] = [None]
+        dist.scatter_object_list(box, list(pieces) if world.rank == src else None, src=src)
+        received.append(box[0])
+    return received
+
+
+# -- counts merged over the processes -------------------------------------------------------------
+
+
+class Mergeable(Protocol):
+    """Counts that add up: ``type(c).merged([c1, c2, ...])`` is the counts of their parts
+    together (e.g. :class:`lm_models.lstm.data.CorpusCounts`)."""
+
+    @classmethod
+    def merged(cls: type[M], parts: Sequence[M]) -> M: ...
+
+
+def all_merged(counts: M, world: World) -> M:
+    """This process's ``counts`` merged with every other process's (``merged`` of all of them in
+    rank order): the counts of every process's shards, the same in every process (one
+    all-gather; in one process, ``merged([counts])``)."""
+    return type(counts).merged(all_gather_objects(counts, world))
+
+
+def counted_shards(
+    directory: str | Path,
+    kind: str,
+    read: Callable[[Path], T],
+    corpus: str,
+    counts: M,
+    add: Callable[[M, T], object],
+    world: World,
+) -> tuple[ShardStream[T], M]:
+    """A trainer's streamed training corpus: this process's shards of the folder ``directory``
+    (:meth:`ShardStream.open`: shards of ``kind``, read with the ``corpus`` reader ``read``),
+    and the counts of every process's shards: ``counts`` after ``add(counts, part)`` for each
+    shard of this process, read one at a time, merged over the processes (:func:`all_merged`),
+    so that every process builds the vocabulary one process builds from the whole corpus."""
+    stream = ShardStream.open(directory, kind, read, world.rank, world.size, corpus)
+    return stream, all_merged(stream.count(counts, add), world)
+
+
+_NO_COUNT = 2**62  # the smallest count of an owner without keys
+
+
+def _owners(keys: np.ndarray, size: int) -> np.ndarray:
+    """The process that sums each key's counts: a hash of the key's bytes mod ``size``, the
+    same in every process and run (Python's own hash of bytes is salted per process)."""
+    columns = np.ascontiguousarray(keys).view(np.uint8).reshape(len(keys), -1)
+    h = np.zeros(len(keys), dtype=np.uint64)
+    for j in range(columns.shape[1]):  # wrapping uint64 arithmetic
+        h = h * np.uint64(1_000_003) + columns[:, j].astype(np.uint64)
+    return (h % np.uint64(size)).astype(np.int64)
+
+
+def _summed(keys: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> tuple[np.ndarray, Any]:
+    """The total count of each distinct key of ``keys`` (concatenated), and each given key's
+    position among them (the inverse of np.unique)."""
+    every = np.concatenate(list(keys))
+    distinct, inverse = np.unique(every, return_inverse=True)
+    totals = np.bincount(
+        inverse.reshape(-1), weights=np.concatenate(list(counts)), minlength=len(distinct)
+    )
+    return np.rint(totals).astype(np.int64), inverse.reshape(-1)
+
+
+def total_counts(keys: np.ndarray, counts: np.ndarray, world: World) -> tuple[np.ndarray, int]:
+    """Counts of keys summed over the processes, for keys too many to gather in every process.
+
+    ``keys`` (1-D, any fixed-size dtype np.unique sorts, e.g. a pattern row viewed as one
+    ``void`` value) were counted ``counts`` times in this process's data; a key may be listed
+    more than once (counted in several parts). Returns, for each key as listed, its count over
+    every process's data, and the smallest count of any key counted anywhere (0 without keys).
+    Each key's counts are summed by one owner process (a hash of the key): every process sends
+    each owner its keys, and receives its keys' totals back, so a process holds its own keys
+    and about 1/N of all the distinct keys, never every process's. In one process: the sums of
+    duplicate keys.
+    """
+    if len(keys) != len(counts):
+        raise ValueError(f"expected a count per key, got {len(keys)} keys, {len(counts)} counts")
+    counts = np.asarray(counts, dtype=np.int64)
+    if not world.parallel:
+        if not len(keys):
+            return counts, 0
+        totals, inverse = _summed([keys], [counts])
+        return totals[inverse], int(totals.min())
+    owner = _owners(keys, world.size)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(world.size + 1))
+    mine = [order[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    received = all_to_all_objects([(keys[m], counts[m]) for m in mine], world)
+    # This process owns the keys it received: their totals, answered to each sender.
+    totals, inverse = _summed([k for k, _ in received], [c for _, c in received])
+    ends = np.cumsum([len(k) for k, _ in received])
+    answers = [
+        totals[inverse[end - len(k) : end]] for (k, _), end in zip(received, ends, strict=True)
+    ]
+    smallest = all_min(int(totals.min()) if len(totals) else _NO_COUNT, world)
+    del received, inverse, totals
+    out = np.empty(len(keys), dtype=np.int64)
+    for positions, answer in zip(mine, all_to_all_objects(answers, world), strict=True):
+        out[positions] = answer
+    return out, (0 if smallest == _NO_COUNT else smallest)

@@ -24,7 +24,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, get_type_hints
 
@@ -90,6 +90,18 @@ class SectionedConfig:
     def validate(self) -> None:
         """Checks across sections (ValueError); none by default."""
 
+    def with_train_shards(self: _Config, shards: str | Path) -> _Config:
+        """This config training on the shard folder ``shards`` (``rescorer corpus shard``) in
+        place of its training corpus, through its data section's ``with_train_shards``; a
+        ValueError for a family that reads no shards, or a data section that cannot (no dev
+        corpus, a corpus whose shards there are none of)."""
+        shard = getattr(self.data, "with_train_shards", None)  # type: ignore[attr-defined]
+        if shard is None:
+            raise ValueError(f"{type(self).__name__} does not train from shards")
+        cfg = replace(self, data=shard(shards))  # type: ignore[type-var]
+        cfg.validate()
+        return cfg
+
     @classmethod
     def load(cls: type[_Config], path: str | Path) -> _Config:
         """The config in the JSON file ``path``; anything wrong with it is an InputError."""
@@ -114,7 +126,8 @@ def config_training_main(
 
     ``load_config(path)`` raises ValueError on a bad file (reported as one line);
     ``run(config, data_dir, out_dir, progress)`` returns a result with ``best_dev_ppl`` and
-    ``best_epoch``.
+    ``best_epoch``. ``--train-shards DIR`` trains on a shard folder instead of the config's
+    training corpus (:meth:`SectionedConfig.with_train_shards`).
     """
     from rescorer.core.data import default_data_dir
 
@@ -122,6 +135,14 @@ def config_training_main(
     ap.add_argument("config", type=Path)
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--train-shards",
+        type=Path,
+        default=None,
+        help="train on this shard folder (rescorer corpus shard), each process reading its own "
+        "shards one at a time, instead of the config's training corpus (the config names its "
+        "dev corpus)",
+    )
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
     logging.basicConfig(
@@ -130,6 +151,8 @@ def config_training_main(
     )
     try:
         cfg = load_config(args.config)
+        if args.train_shards is not None:
+            cfg = cfg.with_train_shards(args.train_shards)
     except ValueError as err:
         ap.exit(2, f"error: {err}\n")  # bad input: one line, exit status 2
     result = run(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)

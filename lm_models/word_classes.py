@@ -97,9 +97,11 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def bigram_counts(
-    sequences: Iterable[Sequence[int]], vocab_size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Bigrams = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Distinct bigrams ``(left, right, count)``, sorted by ``(left, right)``."""
+
+
+def bigram_counts(sequences: Iterable[Sequence[int]], vocab_size: int) -> Bigrams:
     """Distinct bigrams ``(left, right, count)`` of the id sequences (ids < vocab_size)."""
     lefts: list[np.ndarray] = []
     rights: list[np.ndarray] = []
@@ -117,6 +119,18 @@ def bigram_counts(
         raise ValueError(f"ids must be below vocab_size={vocab_size}")
     keys, counts = np.unique(left * vocab_size + right, return_counts=True)
     return keys // vocab_size, keys % vocab_size, counts.astype(np.int64)
+
+
+def merged_bigrams(tables: Sequence[Bigrams], vocab_size: int) -> Bigrams:
+    """The bigram counts of several parts together (ids < vocab_size), as :func:`bigram_counts`
+    of all their sequences gives them."""
+    left = np.concatenate([t[0] for t in tables]).astype(np.int64)
+    right = np.concatenate([t[1] for t in tables]).astype(np.int64)
+    counts = np.concatenate([t[2] for t in tables]).astype(np.int64)
+    keys, inverse = np.unique(left * vocab_size + right, return_inverse=True)
+    total = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(total, inverse.reshape(-1), counts)
+    return keys // vocab_size, keys % vocab_size, total
 
 
 def class_bigram_objective(
@@ -137,17 +151,21 @@ def brown_classes(
     num_classes: int,
     iterations: int = 5,
     fixed: Iterable[int] = (),
+    *,
+    bigrams: Bigrams | None = None,
 ) -> list[int]:
     """Exchange-algorithm clustering of the units ``0..len(counts)-1`` (see the module docstring).
 
     ``sequences`` are training sentences as unit ids (with their boundary units), ``counts``
     the unit counts (used for the initial frequency binning and the visiting order, most
     frequent first). Units in ``fixed`` keep their initial class. Returns a class id per unit.
+    ``bigrams``: the sentences' :func:`bigram_counts` made beforehand (e.g. added up over a
+    corpus's shards, :func:`merged_bigrams`); ``sequences`` are then unused.
     """
     v = len(counts)
     init = np.asarray(frequency_classes(counts, num_classes), dtype=np.int64)
     c = int(init.max()) + 1
-    left, right, cnt = bigram_counts(sequences, v)
+    left, right, cnt = bigram_counts(sequences, v) if bigrams is None else bigrams
     cls = init.copy()
     if c < 2 or len(cnt) == 0:
         return _renumber(cls)

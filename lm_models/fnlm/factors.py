@@ -454,13 +454,19 @@ class FactorEncoder:
         unknown; above 1 the rarer values are unknown in training too, so the network learns
         from the unknown-factor vectors it meets at evaluation."""
         counters: list[Counter[str]] = [Counter() for _ in settings.factors]
-        n_sentences = 0
-        for words in sentences:
-            n_sentences += 1
-            for w in words:
-                for counter, value in zip(counters, settings.extract(w), strict=True):
-                    if value is not None:
-                        counter[value] += 1
+        n_sentences = count_factor_values(settings, sentences, counters)
+        return cls.from_counts(settings, counters, n_sentences, min_count)
+
+    @classmethod
+    def from_counts(
+        cls,
+        settings: FactorSettings,
+        counters: Sequence[Counter[str]],
+        n_sentences: int,
+        min_count: int = 1,
+    ) -> FactorEncoder:
+        """:meth:`fit` from counts already made (:func:`count_factor_values`, e.g. added up
+        over a corpus's shards)."""
         vocabs = [
             FactorVocab.build(name, c, start_count=n_sentences, min_count=min_count)
             for name, c in zip(settings.factors, counters, strict=True)
@@ -486,11 +492,46 @@ class FactorEncoder:
         return out
 
 
+def count_factor_values(
+    settings: FactorSettings,
+    sentences: Iterable[Sequence[WordLike]],
+    counters: Sequence[Counter[str]],
+) -> int:
+    """Add the factor values of ``sentences`` to ``counters`` (one per factor type); returns
+    the number of sentences."""
+    n_sentences = 0
+    for words in sentences:
+        n_sentences += 1
+        for w in words:
+            for counter, value in zip(counters, settings.extract(w), strict=True):
+                if value is not None:
+                    counter[value] += 1
+    return n_sentences
+
+
 # -- lexicon: annotation for plain text -----------------------------------------------------------
 
 LEXICON_FIELDS: tuple[str, ...] = ("lemma", "upos", "xpos", "feats")
 """The annotation a :class:`Lexicon` stores per word, in its file's column order."""
 _NONE = ""  # a field the training word did not have (None), as written in the lexicon file
+
+
+AnnotationCounts = dict[str, Counter[tuple[str | None, ...]]]
+"""Per word (its lower-cased form), how often it carried each annotation (LEXICON_FIELDS)."""
+
+
+def count_annotations(
+    language: str, sentences: Iterable[Sequence[WordLike]], counts: AnnotationCounts
+) -> None:
+    """Add the annotations of the words of ``sentences`` to ``counts`` (words without any
+    annotation are skipped)."""
+    for words in sentences:
+        for w in words:
+            fields = tuple(getattr(w, name) for name in LEXICON_FIELDS)
+            if all(f is None for f in fields):
+                continue
+            key = normalise_word(w.form, True, language)
+            counts.setdefault(key, Counter())[fields] += 1
 
 
 class Lexicon:
@@ -518,14 +559,14 @@ class Lexicon:
     @classmethod
     def fit(cls, language: str, sentences: Iterable[Sequence[WordLike]]) -> Lexicon:
         """From annotated training sentences (words without any annotation are skipped)."""
-        counts: dict[str, Counter[tuple[str | None, ...]]] = {}
-        for words in sentences:
-            for w in words:
-                fields = tuple(getattr(w, name) for name in LEXICON_FIELDS)
-                if all(f is None for f in fields):
-                    continue
-                key = normalise_word(w.form, True, language)
-                counts.setdefault(key, Counter())[fields] += 1
+        counts: AnnotationCounts = {}
+        count_annotations(language, sentences, counts)
+        return cls.from_counts(language, counts)
+
+    @classmethod
+    def from_counts(cls, language: str, counts: AnnotationCounts) -> Lexicon:
+        """:meth:`fit` from counts already made (:func:`count_annotations`, e.g. added up over a
+        corpus's shards)."""
         entries = {
             key: min(c.items(), key=lambda fc: (-fc[1], tuple(f or _NONE for f in fc[0])))[0]
             for key, c in counts.items()

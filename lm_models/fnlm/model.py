@@ -267,8 +267,21 @@ def flattening_weights(patterns: np.ndarray, alpha: float) -> np.ndarray:
     if len(patterns) == 0:
         return np.zeros(0)
     _, inverse, counts = np.unique(patterns, axis=0, return_inverse=True, return_counts=True)
-    c = counts[inverse.reshape(-1)].astype(np.float64)
-    return (alpha * counts.min() + (1 - alpha) * c) / c
+    return flattened(counts[inverse.reshape(-1)], int(counts.min()), alpha)
+
+
+def flattened(counts: np.ndarray, smallest: int, alpha: float) -> np.ndarray:
+    """Eq. 4's weight of each occurrence of a pattern seen ``counts`` times in the training
+    corpus whose rarest pattern is seen ``smallest`` times: C'(p) / C(p) (float64)."""
+    c = np.asarray(counts).astype(np.float64)
+    return (alpha * smallest + (1 - alpha) * c) / c
+
+
+def pattern_keys(patterns: np.ndarray) -> np.ndarray:
+    """Each row of ``patterns`` (N, D) as one value (numpy ``void`` of its int64 bytes), so
+    that patterns sort, compare and count as one column (as np.unique(axis=0) counts rows)."""
+    rows = np.ascontiguousarray(patterns, dtype=np.int64)
+    return rows.view(np.dtype((np.void, 8 * rows.shape[1]))).reshape(len(rows))
 
 
 # -- words to inputs and targets -------------------------------------------------------------------

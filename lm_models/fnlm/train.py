@@ -16,7 +16,13 @@ The config has three sections, each a frozen dataclass below (every field docume
 Corpora: ``conllu`` (train and dev files), ``plain`` (one sentence per line, words split on
 whitespace; train and dev files) and ``brown`` (the tagged Brown folder, tags as the ``xpos``
 factor, split by document into train/dev with ``split``). Paths are relative to the data folder
-unless absolute.
+unless absolute. A ``conllu`` or ``plain`` training corpus larger than memory is cut into shards
+(``rescorer corpus shard train.conllu shards/ --shards 64``) and named by ``train_shards``
+instead of ``train`` (or ``--train-shards DIR``): the vocabularies, factor values, lexicon and
+Brown classes come from one pass over the shards (each process its own, the counts merged over
+the processes), the count-flattening weights from a second (the pattern counts summed over the
+processes, :func:`lm_models.distributed.total_counts`), and each epoch reads the process's shards
+one at a time (:func:`train_fnlm`).
 
 Training (section 5 of the paper): Adam on the weighted negative log-likelihood of every token
 (its words and ``</s>``), each occurrence weighted by count flattening (eq. 4,
@@ -38,36 +44,54 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from lm_models.batching import row_batches
 from lm_models.conllu import read_conllu
 from lm_models.corpora import read_brown_tagged, split_documents
+from lm_models.corpus_shards import ShardStream
 from lm_models.distributed import (
+    World,
+    all_gather_objects,
     all_sum,
+    counted_shards,
     init_world,
     process_device,
     rank_seed,
     seed_process,
     share_slices,
+    total_counts,
 )
 from lm_models.fnlm.factors import (
+    AnnotationCounts,
     FactorEncoder,
     FactorSettings,
     Lexicon,
     WordLike,
     check_strategy,
+    count_annotations,
+    count_factor_values,
     needs_annotation,
     words_of_conllu,
     words_of_tagged,
     words_of_text,
 )
-from lm_models.fnlm.model import FNLM, FactoredLM, FNLMConfig, flattening_weights, unk_share
+from lm_models.fnlm.model import (
+    FNLM,
+    EncodedTokens,
+    FactoredLM,
+    FNLMConfig,
+    flattened,
+    flattening_weights,
+    pattern_keys,
+    unk_share,
+)
 from lm_models.training import (
     DevResult,
     FitOptions,
@@ -78,13 +102,21 @@ from lm_models.training import (
     fit,
 )
 from lm_models.vocab import BOS, EOS, SPECIAL_TOKENS, UNK, Vocabulary
-from lm_models.word_classes import brown_classes, frequency_classes
+from lm_models.word_classes import (
+    Bigrams,
+    bigram_counts,
+    brown_classes,
+    frequency_classes,
+    merged_bigrams,
+)
+from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
 
 logger = logging.getLogger(__name__)
 
 CORPORA = ("conllu", "plain", "brown")
 UNITS = ("token", "word")
+SHARD_CORPORA = {"plain": "text", "conllu": "conllu"}  # corpus reader -> kind of its shards
 
 
 # -- configuration ----------------------------------------------------------------------------
@@ -96,8 +128,8 @@ class FNLMDataConfig:
 
     # "conllu", "plain" or "brown".
     corpus: str
-    # Training file (conllu, plain) or the Brown folder.
-    train: str
+    # Training file (conllu, plain) or the Brown folder; "" with train_shards.
+    train: str = ""
     # Dev file for early stopping (conllu, plain); None for brown (document split instead).
     dev: str | None = None
     # CoNLL-U units: "token" (surface tokens, a multiword token is one word) or "word".
@@ -119,6 +151,10 @@ class FNLMDataConfig:
     # Brown only: train/dev/test fractions of the documents and the split's seed.
     split: tuple[float, float, float] = (0.8, 0.1, 0.1)
     split_seed: int = 0
+    # The training corpus as a shard folder (`rescorer corpus shard`: text shards for "plain",
+    # CoNLL-U shards for "conllu"), read one shard at a time, each process its own shards;
+    # needs `dev` and no `train`. None: the training file is read into memory.
+    train_shards: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", tuple(self.factors))
@@ -127,6 +163,18 @@ class FNLMDataConfig:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
         if self.unit not in UNITS:
             raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
+        if self.train_shards is None and not self.train:
+            raise ValueError('data needs the training corpus "train" (or "train_shards")')
+        if self.train_shards is not None:
+            if self.train:
+                raise ValueError(
+                    'data "train" and "train_shards" both name the training data: give one'
+                )
+            if self.corpus not in SHARD_CORPORA:
+                raise ValueError(
+                    f"train_shards hold corpus {sorted(SHARD_CORPORA)} sentences, got corpus "
+                    f"{self.corpus!r}"
+                )
         if self.corpus != "brown" and self.dev is None:
             raise ValueError(f"corpus {self.corpus!r} needs a dev file for early stopping")
         if self.output_min_count < 1 or self.input_min_count < 1:
@@ -138,6 +186,10 @@ class FNLMDataConfig:
 
     def settings(self) -> FactorSettings:
         return FactorSettings(self.factors, self.lower, self.language)
+
+    def with_train_shards(self, shards: str | Path) -> FNLMDataConfig:
+        """This data section training on the shard folder ``shards`` instead of ``train``."""
+        return replace(self, train="", train_shards=str(shards))
 
 
 @dataclass(frozen=True)
@@ -263,11 +315,76 @@ def read_train_dev(
             train = [[w for w in s if not is_punct(w)] for s in train]
             dev = [[w for w in s if not is_punct(w)] for s in dev]
         return [s for s in train if s], [s for s in dev if s]
-    assert dc.dev is not None
     return (
         read_sentences(_resolve(dc.train, data_dir), dc.corpus, dc.unit, dc.drop_punct),
-        read_sentences(_resolve(dc.dev, data_dir), dc.corpus, dc.unit, dc.drop_punct),
+        _read_dev(dc, data_dir),
     )
+
+
+def _read_dev(dc: FNLMDataConfig, data_dir: Path) -> list[list[WordLike]]:
+    assert dc.dev is not None
+    return read_sentences(_resolve(dc.dev, data_dir), dc.corpus, dc.unit, dc.drop_punct)
+
+
+@dataclass
+class FNLMCounts:
+    """What the output vocabulary, the factor values and the lexicon are built from, counted
+    sentence by sentence (so that a corpus streamed shard by shard is counted without being
+    held, and the counts of the processes' shards add up: :meth:`merged`)."""
+
+    # Training tokens (FactorSettings.token of each word), and the training sentences.
+    tokens: Counter[str] = field(default_factory=Counter)
+    sentences: int = 0
+    # Per factor type, in the config's order, the counts of its values.
+    factors: list[Counter[str]] = field(default_factory=list)
+    # Per word, the counts of its annotations (the lexicon's); None when no factor needs one.
+    annotations: AnnotationCounts | None = None
+
+    @classmethod
+    def empty(cls, settings: FactorSettings) -> FNLMCounts:
+        needs_lexicon = any(needs_annotation(f) for f in settings.factors)
+        return cls(
+            factors=[Counter() for _ in settings.factors],
+            annotations={} if needs_lexicon else None,
+        )
+
+    @classmethod
+    def of(cls, settings: FactorSettings, sentences: Sequence[Sequence[WordLike]]) -> FNLMCounts:
+        counts = cls.empty(settings)
+        counts.add(settings, sentences)
+        return counts
+
+    def add(self, settings: FactorSettings, sentences: Sequence[Sequence[WordLike]]) -> None:
+        for words in sentences:
+            self.tokens.update(settings.token(w) for w in words)
+        self.sentences += count_factor_values(settings, sentences, self.factors)
+        if self.annotations is not None:
+            count_annotations(settings.language, sentences, self.annotations)
+
+    @classmethod
+    def merged(cls, parts: Sequence[FNLMCounts]) -> FNLMCounts:
+        """The counts of several parts (the processes' shards) together."""
+        out = cls(
+            factors=[Counter() for _ in parts[0].factors],
+            annotations=None if parts[0].annotations is None else {},
+        )
+        for part in parts:
+            out.tokens.update(part.tokens)
+            out.sentences += part.sentences
+            for mine, theirs in zip(out.factors, part.factors, strict=True):
+                mine.update(theirs)
+            if out.annotations is not None and part.annotations is not None:
+                for key, counts in part.annotations.items():
+                    out.annotations.setdefault(key, Counter()).update(counts)
+        return out
+
+
+def sentence_ids(
+    settings: FactorSettings, sentences: Iterable[Sequence[WordLike]], vocab: Vocabulary
+) -> Iterator[list[int]]:
+    """The sentences as output unit ids between ``<s>`` and ``</s>`` (for Brown classes)."""
+    for words in sentences:
+        yield [vocab.bos_id, *vocab.encode([settings.token(w) for w in words]), vocab.eos_id]
 
 
 def build_lm(
@@ -275,13 +392,26 @@ def build_lm(
 ) -> tuple[FactoredLM, dict[str, Any]]:
     """A freshly initialised FactoredLM for the training sentences, and a data summary."""
     settings = cfg.data.settings()
-    tokens = [[settings.token(w) for w in s] for s in train]
-    counts = Counter(t for s in tokens for t in s)
+    return lm_of_counts(
+        cfg,
+        FNLMCounts.of(settings, train),
+        lambda vocab: bigram_counts(sentence_ids(settings, train, vocab), len(vocab)),
+    )
+
+
+def lm_of_counts(
+    cfg: FNLMTrainConfig, data: FNLMCounts, bigrams_of: Callable[[Vocabulary], Bigrams]
+) -> tuple[FactoredLM, dict[str, Any]]:
+    """:func:`build_lm` from the training data's counts; ``bigrams_of(vocab)`` gives the
+    training sentences' bigram counts over the output units (``<s>`` and ``</s>`` around each
+    sentence), asked for only when the classes are Brown classes."""
+    settings = cfg.data.settings()
+    counts = data.tokens
     min_count = cfg.data.output_min_count
     frequent = sorted((w for w, c in counts.items() if c >= min_count and w not in SPECIAL_TOKENS),
                       key=lambda w: (-counts[w], w))  # fmt: skip
     rare_tokens = sum(c for w, c in counts.items() if c < min_count)
-    unit_counts = [rare_tokens, 0, len(tokens), *(counts[w] for w in frequent)]
+    unit_counts = [rare_tokens, 0, data.sentences, *(counts[w] for w in frequent)]
     vocab = Vocabulary([UNK, BOS, EOS, *frequent], unit_counts)
     m = cfg.model
     word_classes: list[int] = []
@@ -289,11 +419,17 @@ def build_lm(
         if m.classes == "frequency":
             word_classes = frequency_classes(unit_counts, m.num_classes)
         else:
-            ids = [[vocab.bos_id, *vocab.encode(s), vocab.eos_id] for s in tokens]
             word_classes = brown_classes(
-                ids, unit_counts, m.num_classes, m.brown_iterations, fixed=[vocab.bos_id]
+                (),
+                unit_counts,
+                m.num_classes,
+                m.brown_iterations,
+                fixed=[vocab.bos_id],
+                bigrams=bigrams_of(vocab),
             )
-    encoder = FactorEncoder.fit(settings, train, cfg.data.input_min_count)
+    encoder = FactorEncoder.from_counts(
+        settings, data.factors, data.sentences, cfg.data.input_min_count
+    )
     config = FNLMConfig(
         vocab_size=len(vocab),
         factors=settings.factors,
@@ -312,11 +448,11 @@ def build_lm(
     torch.manual_seed(cfg.train.seed)
     # Plain text (N-best hypotheses) has no annotation: the lexicon gives it the training one.
     lexicon = None
-    if any(needs_annotation(f) for f in settings.factors):
-        lexicon = Lexicon.fit(settings.language, train)
+    if data.annotations is not None:
+        lexicon = Lexicon.from_counts(settings.language, data.annotations)
     lm = FactoredLM(FNLM(config), vocab, encoder, counts, lexicon)
     summary = {
-        "train_sentences": len(tokens),
+        "train_sentences": data.sentences,
         "train_words": sum(counts.values()),
         "word_types": len(counts),
         "output_units": len(vocab),
@@ -340,46 +476,170 @@ def _l2_penalty(model: FNLM) -> torch.Tensor:
     return sum((w * w).sum() for w in dense)  # type: ignore[return-value]
 
 
-def train_fnlm(
-    cfg: FNLMTrainConfig, data_dir: Path, out_dir: Path, progress: bool = True
-) -> TrainRun:
-    """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
-    t_start = time.perf_counter()
-    opts = cfg.train
-    device = process_device(opts.device)
-    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
+@dataclass(frozen=True)
+class TokenRows:
+    """Training rows of the network, one per token (its words and ``</s>``)."""
+
+    # (N, order-1, K) history factor ids, most recent first.
+    history: torch.Tensor
+    # (N,) target unit ids.
+    targets: torch.Tensor
+    # (N,) eq. 4 weights (float32), from the pattern counts of the whole training corpus.
+    weights: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+
+def patterns_of(enc: EncodedTokens) -> np.ndarray:
+    """(N, D) patterns that count flattening counts: each row's history factor ids and target."""
+    n = len(enc.targets)
+    return np.concatenate([enc.history.reshape(n, -1), enc.targets[:, None]], axis=1)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What :func:`train_fnlm` trains on, in memory or streamed from shards."""
+
+    # The model (freshly initialised) with its vocabularies, and the data summary.
+    lm: FactoredLM
+    summary: dict[str, Any]
+    dev: list[list[WordLike]]
+    # An epoch's training rows of this process, in parts (one part in memory, else a shard).
+    parts: Callable[[int], Iterable[TokenRows]]
+    # The shards streamed (None: the rows are in memory).
+    stream: ShardStream[list[list[WordLike]]] | None = None
+
+
+def _data_in_memory(cfg: FNLMTrainConfig, data_dir: Path, world: World) -> TrainingData:
     train_sents, dev_sents = read_train_dev(cfg.data, data_dir)
     if not train_sents or not dev_sents:
         raise ValueError(
             f"need training and dev sentences, got {len(train_sents)} and {len(dev_sents)}"
         )
     lm, summary = build_lm(cfg, train_sents)  # from every training sentence, in every process
+    enc = lm.encode(train_sents)
+    del train_sents
+    weights = flattening_weights(patterns_of(enc), cfg.train.flatten_alpha)  # the whole corpus
+    # This process's share of the rows (every N-th), copied so that the rest can go.
+    mine = slice(world.rank, None, world.size)
+    rows = TokenRows(
+        torch.from_numpy(np.ascontiguousarray(enc.history[mine])),
+        torch.from_numpy(np.ascontiguousarray(enc.targets[mine])),
+        torch.from_numpy(np.ascontiguousarray(weights[mine])).float(),
+    )
+    return TrainingData(lm, summary, dev_sents, lambda epoch: [rows])
+
+
+def _data_streamed(cfg: FNLMTrainConfig, data_dir: Path, world: World) -> TrainingData:
+    """The vocabularies from one pass over this process's shards (the counts merged over the
+    processes), Brown classes' bigrams from a second, the eq. 4 weights from a third; each epoch
+    then encodes one shard at a time."""
+    dc = cfg.data
+    assert dc.train_shards is not None
+    settings = dc.settings()
+    stream, counts = counted_shards(
+        _resolve(dc.train_shards, data_dir),
+        SHARD_CORPORA[dc.corpus],
+        lambda path: read_sentences(path, dc.corpus, dc.unit, dc.drop_punct),
+        dc.corpus,
+        FNLMCounts.empty(settings),
+        lambda c, part: c.add(settings, part),
+        world,
+    )
+    if counts.sentences == 0:
+        raise InputError("no training sentences in the shards", stream.index.directory)
+    dev = _read_dev(dc, data_dir)
+    if not dev:
+        raise ValueError(f"{dc.dev}: no dev sentences")
+
+    def bigrams_of(vocab: Vocabulary) -> Bigrams:
+        v = len(vocab)
+        mine = bigram_counts((), v)
+        for _, part in stream.parts():
+            mine = merged_bigrams([mine, bigram_counts(sentence_ids(settings, part, vocab), v)], v)
+        return merged_bigrams(all_gather_objects(mine, world), v)
+
+    lm, summary = lm_of_counts(cfg, counts, bigrams_of)
+    weights = shard_weights(lm, stream, cfg.train.flatten_alpha, world)
+
+    def parts(epoch: int) -> Iterator[TokenRows]:
+        for shard, sentences in stream.parts(cfg.train.seed * 1000 + epoch):
+            enc = lm.encode(sentences)
+            del sentences
+            yield TokenRows(torch.from_numpy(enc.history), torch.from_numpy(enc.targets),
+                            weights[shard])  # fmt: skip
+            del enc
+
+    return TrainingData(lm, summary, dev, parts, stream)
+
+
+def shard_weights(
+    lm: FactoredLM,
+    stream: ShardStream[list[list[WordLike]]],
+    alpha: float,
+    world: World,
+) -> dict[int, torch.Tensor]:
+    """Eq. 4's weight of every training row of this process's shards (float32, in each shard's
+    row order; what :func:`flattening_weights` gives them over the whole corpus): each shard's
+    patterns counted, the counts summed over every process's shards (by owner process,
+    :func:`lm_models.distributed.total_counts`), then only the weights kept."""
+    keys, counts, inverses = [], [], []
+    for shard, sentences in stream.parts():
+        distinct, inverse, n = np.unique(
+            pattern_keys(patterns_of(lm.encode(sentences))),
+            return_inverse=True,
+            return_counts=True,
+        )
+        keys.append(distinct)
+        counts.append(n)
+        inverses.append((shard, inverse.reshape(-1)))
+        del sentences
+    totals, smallest = total_counts(np.concatenate(keys), np.concatenate(counts), world)
+    del keys
+    out: dict[int, torch.Tensor] = {}
+    start = 0
+    for (shard, inverse), n in zip(inverses, counts, strict=True):
+        mine = totals[start : start + len(n)]
+        start += len(n)
+        out[shard] = torch.from_numpy(flattened(mine[inverse], smallest, alpha)).float()
+    return out
+
+
+def train_fnlm(
+    cfg: FNLMTrainConfig, data_dir: Path, out_dir: Path, progress: bool = True
+) -> TrainRun:
+    """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``.
+
+    With ``data.train_shards`` every process reads only its own shards: the counts of a pass
+    over them are merged over the processes, so that every process builds what one process
+    builds from the whole corpus (vocabularies, classes, lexicon, eq. 4 weights); each epoch it
+    encodes one shard at a time, in an order drawn anew, and draws its batches within it."""
+    t_start = time.perf_counter()
+    opts = cfg.train
+    device = process_device(opts.device)
+    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
+    if cfg.data.train_shards is None:
+        data = _data_in_memory(cfg, data_dir, world)
+    else:
+        data = _data_streamed(cfg, data_dir, world)
+    lm, summary = data.lm, data.summary
     model = lm.model.to(device)
     seed_process(opts.seed, world)  # dropout: each process its own draws
     logger.info("FNLM data and model: %s", summary)
-    enc = lm.encode(train_sents)
-    del train_sents
-    dev = lm.encode(dev_sents)
-    n = len(enc.targets)
-    patterns = np.concatenate([enc.history.reshape(n, -1), enc.targets[:, None]], axis=1)
-    weights = flattening_weights(patterns, opts.flatten_alpha)  # counts over the whole corpus
-    del patterns
-    # This process's share of the rows (every N-th), copied so that the rest can go.
-    mine = slice(world.rank, None, world.size)
-    history = torch.from_numpy(np.ascontiguousarray(enc.history[mine]))
-    targets = torch.from_numpy(np.ascontiguousarray(enc.targets[mine]))
-    weights = torch.from_numpy(np.ascontiguousarray(weights[mine])).float()
-    del enc
-    rows = len(targets)
+    dev = lm.encode(data.dev)
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(rank_seed(opts.seed, world))
 
-    def epoch_batches(epoch: int) -> list[torch.Tensor]:
-        return list(torch.randperm(rows, generator=gen).split(opts.batch_size))
+    def epoch_batches(epoch: int) -> Iterable[tuple[TokenRows, torch.Tensor]]:
+        batches = row_batches(data.parts(epoch), opts.batch_size, gen)
+        return batches if data.stream is not None else list(batches)
 
-    def step(idx: torch.Tensor) -> Step:
-        hist, tgt, w = history[idx].to(device), targets[idx].to(device), weights[idx].to(device)
+    def step(batch: tuple[TokenRows, torch.Tensor]) -> Step:
+        rows, idx = batch
+        hist, tgt = rows.history[idx].to(device), rows.targets[idx].to(device)
+        w = rows.weights[idx].to(device)
         nll = -(w * model(hist, tgt)).mean()
         loss = nll + opts.l2 * _l2_penalty(model) if opts.l2 > 0 else nll
         return Step(loss, float(nll.detach()) * len(idx), len(idx))

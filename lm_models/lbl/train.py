@@ -16,7 +16,13 @@ Corpora: ``brown`` (the Brown folder; fields ``genre`` and ``doc``, the file nam
 (:func:`lm_models.corpora.read_jsonl`, pre-tokenised text; its ``fields`` and ``doc``, the id).
 Documents are split into train/dev/test whole (stratified by ``stratify``), so dev and test
 documents are *unseen* values of the ``doc`` attribute: they get its expected vector, or one
-inferred from their text. ``attributes: []`` with ``factors: 0`` trains the plain LBL.
+inferred from their text. ``attributes: []`` with ``factors: 0`` trains the plain LBL. With a
+``dev`` corpus of its own the training corpus is used whole (no split); a ``jsonl`` training
+corpus larger than memory is cut into shards (``rescorer corpus shard docs.jsonl shards/
+--shards 64``) and named by ``train_shards`` instead of ``path`` (or ``--train-shards DIR``):
+the vocabulary, attribute values and vocabulary blocks come from one pass over the shards, each
+process its own, the counts merged over the processes (:class:`LBLCounts`), and each epoch
+reads the process's shards one at a time, in an order drawn anew.
 
 Training: Adam on the mean negative log-likelihood of every token (the words and ``</s>``),
 mini-batches of tokens drawn across the corpus (the paper uses SGD with momentum; Adam needs
@@ -43,8 +49,8 @@ import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +59,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lm_models.batching import row_batches
 from lm_models.corpora import Document, read_brown, read_jsonl, split_documents
+from lm_models.corpus_shards import ShardStream
 from lm_models.distributed import (
+    World,
     all_sum,
+    counted_shards,
     init_world,
     process_device,
     rank_seed,
@@ -80,7 +90,8 @@ from lm_models.training import (
     config_training_main,
     fit,
 )
-from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary, build_vocabulary
+from lm_models.vocab import BOS_ID, EOS, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary
+from rescorer.core.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +109,9 @@ class LBLDataConfig:
 
     # "brown" (the tagged Brown folder) or "jsonl" (one document per line).
     corpus: str
-    # The Brown folder or the JSONL file, relative to the data folder unless absolute.
-    path: str
+    # The Brown folder or the JSONL file, relative to the data folder unless absolute ("" with
+    # train_shards).
+    path: str = ""
     # Attribute fields of each document ("doc" = its id); [] for the plain LBL.
     attributes: tuple[str, ...] = ("genre",)
     # Lower-case words; leave out punctuation tokens (Brown tags).
@@ -112,16 +124,43 @@ class LBLDataConfig:
     split: tuple[float, float, float] = (0.8, 0.1, 0.1)
     stratify: str | None = "genre"
     split_seed: int = 0
+    # A dev corpus of its own, read like `path`: the training data (path or train_shards) are
+    # then used whole, and split, stratify and split_seed are unused. None: split `path`.
+    dev: str | None = None
+    # The training corpus as a shard folder of JSONL documents (`rescorer corpus shard`; corpus
+    # "jsonl"), read one shard at a time, each process its own shards; needs `dev` and no
+    # `path`. None: the training data are read into memory.
+    train_shards: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", tuple(self.attributes))
         object.__setattr__(self, "split", tuple(self.split))
         if self.corpus not in CORPORA:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
+        if self.train_shards is None and not self.path:
+            raise ValueError('data needs the corpus "path" (or "train_shards" and "dev")')
+        if self.train_shards is not None:
+            if self.path:
+                raise ValueError(
+                    'data "path" and "train_shards" both name the training data: give one'
+                )
+            if self.dev is None:
+                raise ValueError(
+                    'data "train_shards" needs a dev corpus: "dev" (the split fractions do not '
+                    "apply to shards)"
+                )
+            if self.corpus != "jsonl":
+                raise ValueError(
+                    f'train_shards hold corpus "jsonl" documents, got corpus {self.corpus!r}'
+                )
         if len(set(self.attributes)) != len(self.attributes):
             raise ValueError(f"attributes must be distinct, got {list(self.attributes)}")
         if self.min_count < 1:
             raise ValueError(f"min_count must be >= 1, got {self.min_count}")
+
+    def with_train_shards(self, shards: str | Path) -> LBLDataConfig:
+        """This data section training on the shard folder ``shards`` instead of ``path``."""
+        return replace(self, path="", train_shards=str(shards))
 
 
 @dataclass(frozen=True)
@@ -206,7 +245,12 @@ def _resolve(path: str, data_dir: Path) -> Path:
 
 def read_documents(dc: LBLDataConfig, data_dir: Path) -> list[Document]:
     """The corpus of a data config as Documents, ``doc`` added to each one's fields."""
-    path = _resolve(dc.path, data_dir)
+    return read_corpus(dc, _resolve(dc.path, data_dir))
+
+
+def read_corpus(dc: LBLDataConfig, path: Path) -> list[Document]:
+    """The documents of one corpus file (Brown: folder) as the data config reads them, ``doc``
+    added to each one's fields, documents without sentences left out."""
     if dc.corpus == "brown":
         docs = read_brown(path, lower=dc.lower, drop_punct=dc.drop_punct)
     else:
@@ -322,15 +366,89 @@ def limit_rows(rows: EncodedRows, max_tokens: int | None) -> EncodedRows:
 # -- building and scoring ------------------------------------------------------------------------
 
 
+@dataclass
+class LBLCounts:
+    """What the vocabulary, the attribute values and the vocabulary blocks are built from,
+    counted document by document (so that a corpus streamed shard by shard is counted without
+    being held, and the counts of the processes' shards add up: :meth:`merged`)."""
+
+    # Words of the training sentences; the training documents and sentences.
+    words: Counter[str] = field(default_factory=Counter)
+    documents: int = 0
+    sentences: int = 0
+    # Per attribute field, the values of the training documents.
+    values: dict[str, set[str]] = field(default_factory=dict)
+    # Per word, the values of model.vocab_attribute of the documents it occurs in (section 2.4;
+    # empty without one).
+    word_values: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cfg: LBLTrainConfig, docs: Sequence[Document]) -> LBLCounts:
+        counts = cls()
+        counts.add(docs, cfg)
+        return counts
+
+    def add(self, docs: Sequence[Document], cfg: LBLTrainConfig) -> None:
+        by = cfg.model.vocab_attribute
+        for d in docs:
+            self.documents += 1
+            self.sentences += len(d.sentences)
+            for s in d.sentences:
+                self.words.update(s)
+            for name in cfg.data.attributes:
+                if name in d.fields:
+                    self.values.setdefault(name, set()).add(d.fields[name])
+            if by:
+                if by not in d.fields:
+                    raise ValueError(f"training document {d.doc_id!r} has no {by!r} field")
+                for s in d.sentences:
+                    for w in s:
+                        self.word_values.setdefault(w, set()).add(d.fields[by])
+
+    @classmethod
+    def merged(cls, parts: Sequence[LBLCounts]) -> LBLCounts:
+        """The counts of several parts (the processes' shards) together."""
+        out = cls()
+        for part in parts:
+            out.words.update(part.words)
+            out.documents += part.documents
+            out.sentences += part.sentences
+            for into, more in ((out.values, part.values), (out.word_values, part.word_values)):
+                for key, values in more.items():
+                    into.setdefault(key, set()).update(values)
+        return out
+
+    def vocabulary(self, dc: LBLDataConfig) -> Vocabulary:
+        """As :func:`lm_models.vocab.build_vocabulary` over the counted sentences."""
+        counts = Counter(self.words)
+        counts[EOS] += self.sentences
+        return Vocabulary.from_counts(counts, max_size=dc.max_vocab, min_count=dc.min_count)
+
+    def blocks(self, vocab: Vocabulary, values: Sequence[str]) -> tuple[int, ...]:
+        """Section 2.4: per output unit, the position in ``values`` of the only vocabulary
+        attribute value whose training documents contain the word, or -1 (shared) for words
+        seen under several values, words never seen and the specials."""
+        out = [-1] * len(vocab)
+        for word, seen in self.word_values.items():
+            w = vocab.token_id(word)
+            if w >= len(SPECIAL_TOKENS) and len(seen) == 1:
+                out[w] = values.index(next(iter(seen)))
+        return tuple(out)
+
+
 def build_model(
     cfg: LBLTrainConfig, train_docs: Sequence[Document]
 ) -> tuple[LBL, Vocabulary, dict[str, Any]]:
     """A freshly initialised model for the training documents, its vocabulary, a data summary."""
-    sentences = [s for d in train_docs for s in d.sentences]
-    vocab = build_vocabulary(sentences, max_size=cfg.data.max_vocab, min_count=cfg.data.min_count)
+    return model_of_counts(cfg, LBLCounts.of(cfg, train_docs))
+
+
+def model_of_counts(cfg: LBLTrainConfig, data: LBLCounts) -> tuple[LBL, Vocabulary, dict[str, Any]]:
+    """:func:`build_model` from the training documents' counts."""
+    vocab = data.vocabulary(cfg.data)
     attributes = []
     for name in cfg.data.attributes:
-        values = sorted({d.fields[name] for d in train_docs if name in d.fields})
+        values = sorted(data.values.get(name, ()))
         if not values:
             raise ValueError(f"no training document has the attribute field {name!r}")
         attributes.append(AttributeSpec(name, tuple(values), cfg.model.dim_of(name)))
@@ -338,7 +456,7 @@ def build_model(
     blocks: tuple[int, ...] = ()
     if m.vocab_attribute:
         spec = attributes[list(cfg.data.attributes).index(m.vocab_attribute)]
-        blocks = word_blocks(vocab, train_docs, m.vocab_attribute, spec.values)
+        blocks = data.blocks(vocab, spec.values)
     config = LBLConfig(
         vocab_size=len(vocab),
         order=m.order,
@@ -352,11 +470,11 @@ def build_model(
     )
     torch.manual_seed(cfg.train.seed)
     model = LBL(config)
-    tokens = sum(len(s) for s in sentences)
-    unk = sum(1 for s in sentences for w in s if w not in vocab)
+    tokens = sum(data.words.values())
+    unk = sum(c for w, c in data.words.items() if w not in vocab)
     summary = {
-        "train_documents": len(train_docs),
-        "train_sentences": len(sentences),
+        "train_documents": data.documents,
+        "train_sentences": data.sentences,
         "train_words": tokens,
         "train_unk_rate": unk / max(tokens, 1),
         "vocab_size": len(vocab),
@@ -369,27 +487,6 @@ def build_model(
             (spec.values[i] if i >= 0 else "shared"): n for i, n in sorted(counts.items())
         }
     return model, vocab, summary
-
-
-def word_blocks(
-    vocab: Vocabulary, docs: Sequence[Document], attribute: str, values: Sequence[str]
-) -> tuple[int, ...]:
-    """Section 2.4: per output unit, the id of the only ``attribute`` value whose training
-    documents contain the word, or -1 (shared) for words seen under several values, words
-    never seen (the vocabulary may hold more) and the specials ``<unk>``, ``<s>``, ``</s>``."""
-    seen: dict[int, set[int]] = {}
-    for d in docs:
-        value = values.index(d.fields[attribute]) if attribute in d.fields else None
-        if value is None:
-            raise ValueError(f"training document {d.doc_id!r} has no {attribute!r} field")
-        for s in d.sentences:
-            for w in vocab.encode(s):
-                seen.setdefault(w, set()).add(value)
-    out = [-1] * len(vocab)
-    for w, vs in seen.items():
-        if w >= len(SPECIAL_TOKENS) and len(vs) == 1:
-            out[w] = next(iter(vs))
-    return tuple(out)
 
 
 @torch.no_grad()
@@ -416,49 +513,134 @@ def perplexity(logprobs: np.ndarray) -> float:
 # -- training ---------------------------------------------------------------------------------
 
 
-def train_lbl(
-    cfg: LBLTrainConfig, data_dir: Path, out_dir: Path, progress: bool = True
-) -> TrainRun:
-    """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``."""
-    t_start = time.perf_counter()
-    opts = cfg.train
-    device = process_device(opts.device)
-    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
-    docs = read_documents(cfg.data, data_dir)
-    train_docs, dev_docs, test_docs = split_corpus(cfg.data, docs)
+@dataclass(frozen=True)
+class TrainRows:
+    """Training rows of the network, one per token (its words and ``</s>``)."""
+
+    # (N, n-1) history word ids, (N,) target ids, (N, A) attribute value ids.
+    history: Tensor
+    targets: Tensor
+    attrs: Tensor
+
+    @classmethod
+    def of(cls, rows: EncodedRows) -> TrainRows:
+        return cls(*(torch.from_numpy(a) for a in (rows.history, rows.targets, rows.attrs)))
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+
+@dataclass(frozen=True)
+class LBLData:
+    """The documents :func:`train_lbl` trains on: counted, and held or streamed."""
+
+    # The training documents' counts (every process's shards, merged).
+    counts: LBLCounts
+    # This process's training documents in memory (none when streamed), the dev and test ones.
+    train: list[Document]
+    dev: list[Document]
+    test: list[Document]
+    # Ids of the training documents, for the checkpoint's split (none when streamed).
+    train_ids: list[str]
+    # This process's shards of the training corpus (None: `train` holds its documents).
+    stream: ShardStream[list[Document]] | None = None
+
+
+def read_data(cfg: LBLTrainConfig, data_dir: Path, world: World) -> LBLData:
+    """The corpus split into train/dev/test, or a training corpus (file or shards) and a dev
+    corpus; under torchrun each process keeps its share of the documents (every N-th) or reads
+    its own shards (the counts of every process's shards merged)."""
+    dc = cfg.data
+    if dc.train_shards is not None:
+        stream, counts = counted_shards(
+            _resolve(dc.train_shards, data_dir),
+            "jsonl",
+            lambda path: read_corpus(dc, path),
+            dc.corpus,
+            LBLCounts(),
+            lambda c, docs: c.add(docs, cfg),
+            world,
+        )
+        if counts.sentences == 0:
+            raise InputError("no training sentences in the shards", stream.index.directory)
+        return LBLData(counts, [], _read_dev(dc, data_dir), [], [], stream)
+    docs = read_documents(dc, data_dir)
+    if dc.dev is None:
+        train_docs, dev_docs, test_docs = split_corpus(dc, docs)
+    else:
+        train_docs, dev_docs, test_docs = docs, _read_dev(dc, data_dir), []
     del docs
     if not train_docs or not dev_docs:
         raise ValueError(
             f"need training and dev documents, got {len(train_docs)} and {len(dev_docs)}"
         )
-    model, vocab, summary = build_model(cfg, train_docs)  # from every training document
+    counts = LBLCounts.of(cfg, train_docs)  # from every training document
+    ids = [d.doc_id for d in train_docs]
+    return LBLData(counts, share(train_docs, world), dev_docs, test_docs, ids)
+
+
+def _read_dev(dc: LBLDataConfig, data_dir: Path) -> list[Document]:
+    assert dc.dev is not None
+    dev = read_corpus(dc, _resolve(dc.dev, data_dir))
+    if not dev:
+        raise ValueError(f"{dc.dev}: no dev documents")
+    return dev
+
+
+def train_lbl(
+    cfg: LBLTrainConfig, data_dir: Path, out_dir: Path, progress: bool = True
+) -> TrainRun:
+    """Train per ``cfg`` and write the best epoch's checkpoint to ``out_dir``.
+
+    With ``data.train_shards`` every process reads only its own shards: the counts of a pass
+    over them are merged over the processes, so that every process builds the vocabulary,
+    attribute values and vocabulary blocks one process builds from the whole corpus; each epoch
+    it encodes one shard at a time, in an order drawn anew, and draws its batches within it."""
+    t_start = time.perf_counter()
+    opts = cfg.train
+    device = process_device(opts.device)
+    world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
+    data = read_data(cfg, data_dir, world)
+    model, vocab, summary = model_of_counts(cfg, data.counts)
     model.to(device)
     seed_process(opts.seed, world)
     logger.info("LBL data and model: %s", summary)
+    stream = data.stream
     # This process's share: every N-th training document (all of them in one process).
-    train = encode_documents(model.config, vocab, share(train_docs, world))
-    dev = encode_documents(model.config, vocab, dev_docs)
-    history = torch.from_numpy(train.history)
-    targets = torch.from_numpy(train.targets)
-    attrs = torch.from_numpy(train.attrs)
-    n = len(targets)
+    train = TrainRows.of(encode_documents(model.config, vocab, data.train))
+    data.train.clear()  # the documents of this process's share go once encoded
+    dev = encode_documents(model.config, vocab, data.dev)
+
+    def parts(epoch: int) -> Iterator[TrainRows]:
+        if stream is None:
+            yield train
+            return
+        for _, docs in stream.parts(opts.seed * 1000 + epoch):
+            rows = TrainRows.of(encode_documents(model.config, vocab, docs))
+            del docs
+            yield rows
+            del rows
+
     # Attribute dropout never hides the attribute that selects the output vocabulary.
-    droppable = torch.ones(attrs.shape[1], dtype=torch.bool)
+    droppable = torch.ones(len(model.config.attributes), dtype=torch.bool)
     if model.config.vocab_attribute:
         droppable[model.config.attribute_index(model.config.vocab_attribute)] = False
 
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     gen = torch.Generator().manual_seed(rank_seed(opts.seed, world))  # order and dropout
 
-    def epoch_batches(epoch: int) -> list[Tensor]:
-        return list(torch.randperm(n, generator=gen).split(opts.batch_size))
+    def epoch_batches(epoch: int) -> Iterable[tuple[TrainRows, Tensor]]:
+        batches = row_batches(parts(epoch), opts.batch_size, gen)
+        return batches if stream is not None else list(batches)
 
-    def step(idx: Tensor) -> Step:
-        a = attrs[idx]
+    def step(batch: tuple[TrainRows, Tensor]) -> Step:
+        rows, idx = batch
+        a = rows.attrs[idx]
         if opts.attribute_dropout > 0 and a.shape[1]:
             drop = torch.rand(a.shape, generator=gen) < opts.attribute_dropout
             a = a.masked_fill(drop & droppable, MISSING)
-        nll = -model(history[idx].to(device), targets[idx].to(device), attrs=a.to(device))
+        history, targets = rows.history[idx].to(device), rows.targets[idx].to(device)
+        nll = -model(history, targets, attrs=a.to(device))
         loss = nll.mean()
         return Step(loss, float(loss.detach()) * len(idx), len(idx))
 
@@ -482,11 +664,13 @@ def train_lbl(
     )
     seconds = time.perf_counter() - t_start
     run = TrainRun.of(fitted, out_dir, device, summary["parameters"], seconds)
-    split = {
-        "train": [d.doc_id for d in train_docs],
-        "dev": [d.doc_id for d in dev_docs],
-        "test": [d.doc_id for d in test_docs],
+    split: dict[str, Any] = {
+        "train": data.train_ids,
+        "dev": [d.doc_id for d in data.dev],
+        "test": [d.doc_id for d in data.test],
     }
+    if stream is not None:  # the training documents are the shards'
+        split["train_shards"] = str(stream.index.directory)
     if world.is_main:
         meta = run.meta(data=summary, split=split, config=cfg.to_json(), processes=world.size)
         save_lbl(out_dir, model, vocab, meta)

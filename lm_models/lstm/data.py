@@ -40,8 +40,8 @@ from lm_models.corpora import (
     read_plain,
     split_documents,
 )
-from lm_models.corpus_shards import ShardIndex, ShardReader
-from lm_models.distributed import ONE_PROCESS, World, all_gather_objects, broadcast_object, share
+from lm_models.corpus_shards import ShardStream
+from lm_models.distributed import ONE_PROCESS, World, broadcast_object, counted_shards, share
 from lm_models.lstm.context import ContextVariable
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.training import options_from_json
@@ -91,6 +91,10 @@ class DataConfig:
     # to the data folder unless absolute; vocab_size, min_count and tokenizer are then unused.
     tokens: str | None = None
     bpe_model: str | None = None
+
+    def with_train_shards(self, shards: str | Path) -> DataConfig:
+        """This data section training on the shard folder ``shards`` instead of ``path``."""
+        return replace(self, path="", train_shards=str(shards))
 
     @property
     def asr_units(self) -> bool:
@@ -295,16 +299,6 @@ class CorpusCounts:
 
 
 @dataclass(frozen=True)
-class TrainStream:
-    """This process's shards of a sharded training corpus, read as documents."""
-
-    # Reads (and checks) a shard into its documents.
-    reader: ShardReader[list[Document]]
-    # The shards this process trains on.
-    shards: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class PreparedData:
     """Everything derived from the corpus before training."""
 
@@ -322,8 +316,9 @@ class PreparedData:
     contexts: tuple[Mapping[str, Any] | None, ...] = ()
     # The ASR token set the units are (data.tokens / data.bpe_model), else None.
     asr_tokens: AsrTokens | None = None
-    # The training corpus streamed from shards (None: `train` holds this process's examples).
-    stream: TrainStream | None = None
+    # The training corpus streamed from this process's shards, read as documents (None:
+    # `train` holds this process's examples).
+    stream: ShardStream[list[Document]] | None = None
 
     def train_parts(self, seed: int) -> Iterator[tuple[int, list[Example]]]:
         """This process's training examples as ``(part, examples)``: all in one part (0) in
@@ -332,7 +327,7 @@ class PreparedData:
         if self.stream is None:
             yield 0, list(self.train)
             return
-        for shard, docs in self.stream.reader.parts(self.stream.shards, seed):
+        for shard, docs in self.stream.parts(seed):
             examples = examples_of(docs, self.vocab, self.context_vars, self.tokenizer)
             del docs  # only the examples of one shard are held
             yield shard, examples
@@ -475,26 +470,22 @@ def _prepare_stream(
 ) -> PreparedData:
     dc = cfg.data
     assert dc.train_shards is not None
-    index = ShardIndex.load(_resolve(dc.train_shards, data_dir))
-    if index.kind != SHARD_CORPORA[dc.corpus]:
-        raise InputError(
-            f"shards of {index.kind} lines; corpus {dc.corpus!r} reads "
-            f"{SHARD_CORPORA[dc.corpus]} lines",
-            index.directory,
-        )
-    reader: ShardReader[list[Document]] = ShardReader(index, lambda p: read_corpus(p, dc))
-    mine = index.assigned(world.rank, world.size)
-    counts = CorpusCounts()  # one pass over this process's shards, added over the processes
-    for _, docs in reader.parts(mine):
-        counts.add(docs, dc.context_fields)
-        del docs
-    counts = CorpusCounts.merged(all_gather_objects(counts, world))
+    stream, counts = counted_shards(
+        _resolve(dc.train_shards, data_dir),
+        SHARD_CORPORA[dc.corpus],
+        lambda p: read_corpus(p, dc),
+        dc.corpus,
+        CorpusCounts(),
+        lambda c, docs: c.add(docs, dc.context_fields),
+        world,
+    )
+    index = stream.index
     if counts.sentences == 0:
         raise InputError("no training sentences in the shards", index.directory)
     if dc.tokenizer is not None and tokenizer is None:
         proto = None
         if world.is_main:  # learnt in one process from every shard, one at a time
-            every = reader.parts(range(len(index.shards)))
+            every = stream.reader.parts(range(len(index.shards)))
             sentences = (s for _, docs in every for d in docs for s in d.sentences)
             proto = SubwordTokenizer.train(sentences, dc.tokenizer).model_proto
         tokenizer = SubwordTokenizer(broadcast_object(proto, world))
@@ -504,14 +495,6 @@ def _prepare_stream(
     variables = counts.variables(dc, cfg.model)
     dev = _read_dev(dc, data_dir)
     _log_data(counts.documents, len(dev), 0, vocab, _units(dc, tokenizer, None), variables)
-    logger.info(
-        "training data: %d shards in %s (%d lines, %d words), this process reads %d",
-        len(index.shards),
-        index.directory,
-        index.lines,
-        index.words,
-        len(mine),
-    )
     return PreparedData(
         vocab=vocab,
         context_vars=tuple(variables),
@@ -520,5 +503,5 @@ def _prepare_stream(
         dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
         split_ids={"train": (), "dev": tuple(d.doc_id for d in dev), "test": ()},
         contexts=tuple(counts.records(variables)),
-        stream=TrainStream(reader, mine),
+        stream=stream,
     )

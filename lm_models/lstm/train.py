@@ -24,7 +24,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +170,7 @@ class TrainConfig(SectionedConfig):
 def with_train_shards(cfg: TrainConfig, shards: str | Path) -> TrainConfig:
     """``cfg`` training on the shard folder ``shards`` instead of its ``data.path`` (the config
     must name its dev corpus, ``data.dev``; a ValueError otherwise)."""
-    return replace(cfg, data=replace(cfg.data, path="", train_shards=str(shards)))
+    return cfg.with_train_shards(shards)
 
 
 def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
@@ -583,7 +583,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         cfg = TrainConfig.load(args.config)
         if args.train_shards is not None:
-            cfg = with_train_shards(cfg, args.train_shards)
+            cfg = cfg.with_train_shards(args.train_shards)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     result = train(

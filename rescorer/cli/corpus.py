@@ -28,31 +28,34 @@ def corpus() -> None:
 @click.option(
     "--format",
     "kind",
-    type=click.Choice(["auto", "text", "jsonl"]),
+    type=click.Choice(["auto", "text", "jsonl", "conllu"]),
     default="auto",
     show_default=True,
-    help="text: one sentence per line; jsonl: one document per line (each checked); "
-    "auto: jsonl for a .jsonl or .jsonl.gz name, else text.",
+    help="text: one sentence per line; jsonl: one document per line (each checked); conllu: "
+    "one CoNLL-U sentence block per unit; auto: jsonl for a .jsonl or .jsonl.gz name, conllu "
+    "for .conllu or .conllu.gz, else text.",
 )
 @handle_errors
 def corpus_shard(source: Path, out_dir: Path, n_shards: int, kind: str) -> None:
     """Cut a training corpus into shards with an index (OUT/index.json).
 
-    Line k of IN (blank lines left out) goes to shard k mod N, in order: the shards partition
-    the lines and the same input gives the same shards. `rescorer train CONFIG --train-shards
-    OUT` (or "train_shards" in the config's data section) then streams them, one shard in
-    memory at a time; under torchrun process r reads shards r, r + P, ...
+    Line k of IN (blank lines left out; CoNLL-U: sentence k) goes to shard k mod N, in order:
+    the shards partition the lines and the same input gives the same shards. `rescorer train
+    CONFIG --train-shards OUT` (LSTM family; fnlm-train and lbl-train take the same option, or
+    "train_shards" in the config's data section) then streams them, one shard in memory at a
+    time; under torchrun process r reads shards r, r + P, ...
 
     \b
-    Example:
+    Examples:
       rescorer corpus shard train.jsonl shards/ --shards 64
+      rescorer corpus shard tr_imst-ud-train.conllu shards/ --shards 8
     """
     from lm_models.corpus_shards import write_shards  # no torch: the shard module is plain
 
     index = write_shards(source, out_dir, n_shards, None if kind == "auto" else kind)
     click.echo(
-        f"wrote {len(index.shards)} {index.kind} shards to {out_dir}: {index.lines} lines, "
-        f"{index.words} words"
+        f"wrote {len(index.shards)} {index.kind} shards to {out_dir}: {index.lines} "
+        f"{'sentences' if index.kind == 'conllu' else 'lines'}, {index.words} words"
     )
 
 

@@ -37,7 +37,12 @@ STRATEGY_NAMES = ("null", "all", "tail", "least")  # = lm_models.fnlm.factors.ST
 @config_trainer_options("fnlm")
 @handle_errors
 def fnlm_train(
-    config_path: Path, out_dir: Path, data_dir: Path | None, seed: int | None, device: str | None
+    config_path: Path,
+    out_dir: Path,
+    data_dir: Path | None,
+    seed: int | None,
+    device: str | None,
+    train_shards: Path | None,
 ) -> None:
     """Train a factored neural LM (Alexandrescu & Kirchhoff 2006) from a JSON config.
 
@@ -46,12 +51,15 @@ def fnlm_train(
     suffix1-3, shape), order, sizes, class-factored output, count flattening, L2.
 
     \b
-    Example:
+    Examples:
       rescorer fnlm-train conf/tr_fnlm.json --out exp/tr/fnlm_seed0 --seed 0
+      rescorer fnlm-train conf/big.json --train-shards shards/ --out exp/big  # plain/conllu
     """
     from lm_models.fnlm.train import FNLMTrainConfig, train_fnlm  # torch: imported here
 
-    run_config_trainer(FNLMTrainConfig, train_fnlm, config_path, out_dir, data_dir, seed, device)
+    run_config_trainer(
+        FNLMTrainConfig, train_fnlm, config_path, out_dir, data_dir, seed, device, train_shards
+    )
 
 
 # -- fnlm-eval ------------------------------------------------------------------------------------

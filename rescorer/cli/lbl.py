@@ -84,7 +84,12 @@ def _vector(model: Any, records: Sequence[dict[str, str]], option: str) -> Any:
 @config_trainer_options("lbl")
 @handle_errors
 def lbl_train(
-    config_path: Path, out_dir: Path, data_dir: Path | None, seed: int | None, device: str | None
+    config_path: Path,
+    out_dir: Path,
+    data_dir: Path | None,
+    seed: int | None,
+    device: str | None,
+    train_shards: Path | None,
 ) -> None:
     """Train a (multiplicative attribute) log-bilinear LM from a JSON config.
 
@@ -94,12 +99,15 @@ def lbl_train(
     with no attributes is the plain LBL.
 
     \b
-    Example:
+    Examples:
       rescorer lbl-train conf/atd.json --out exp/atd_seed0 --seed 0
+      rescorer lbl-train conf/big.json --train-shards shards/ --out exp/big  # jsonl
     """
     from lm_models.lbl.train import LBLTrainConfig, train_lbl  # torch: imported here
 
-    run_config_trainer(LBLTrainConfig, train_lbl, config_path, out_dir, data_dir, seed, device)
+    run_config_trainer(
+        LBLTrainConfig, train_lbl, config_path, out_dir, data_dir, seed, device, train_shards
+    )
 
 
 # -- lbl-infer ------------------------------------------------------------------------------------

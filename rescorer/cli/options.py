@@ -418,10 +418,19 @@ def ref_options(required: bool) -> Callable[[F], F]:
 
 
 def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
-    """CONFIG, --out, --data-dir, --seed and --device of the trainers that read a sectioned JSON
-    config (fnlm-train, lbl-train); ``spec_kind`` names the --lm kind the checkpoint is for."""
+    """CONFIG, --out, --data-dir, --seed, --device and --train-shards of the trainers that read
+    a sectioned JSON config (fnlm-train, lbl-train); ``spec_kind`` names the --lm kind the
+    checkpoint is for."""
 
     def deco(fn: F) -> F:
+        fn = click.option(
+            "--train-shards",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            default=None,
+            help="Train on this shard folder (`rescorer corpus shard`), streamed one shard at a "
+            "time (under torchrun each process its own shards), instead of the config's "
+            "training corpus; the config names its dev corpus (data.dev).",
+        )(fn)
         fn = click.option("--device", default=None, help="Override the config's train.device.")(fn)
         fn = click.option(
             "--seed", type=int, default=None, help="Override the config's train.seed."
@@ -453,8 +462,10 @@ def run_config_trainer(
     data_dir: Path | None,
     seed: int | None,
     device: str | None,
+    train_shards: Path | None = None,
 ) -> None:
-    """Load ``config_type`` from CONFIG, apply --seed/--device, train, report the best epoch."""
+    """Load ``config_type`` from CONFIG, apply --seed/--device/--train-shards, train, report
+    the best epoch."""
     from dataclasses import replace
 
     from rescorer.core.data import default_data_dir
@@ -464,6 +475,11 @@ def run_config_trainer(
     overrides = {k: v for k, v in (("seed", seed), ("device", device)) if v is not None}
     if overrides:
         cfg = replace(cfg, train=replace(cfg.train, **overrides))
+    if train_shards is not None:
+        try:
+            cfg = cfg.with_train_shards(train_shards)
+        except ValueError as err:
+            raise InputError(f"--train-shards: {err}", config_path) from None
     result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not quiet())
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch} "

@@ -17,6 +17,7 @@ from lm_models.corpus_shards import (
     ShardIndex,
     ShardReader,
     check_all,
+    kind_of,
     lines_of,
     write_shards,
 )
@@ -136,3 +137,32 @@ def test_the_reader_holds_one_shard_at_a_time(tmp_path: Path) -> None:
         del docs
     assert sorted(order) == [0, 1, 2]
     assert order == [s for s, _ in ShardReader(index, read).parts([0, 1, 2], seed=5)]
+
+
+def test_conllu_sentences_are_the_units(tmp_path: Path) -> None:
+    from lm_models.conllu import read_conllu
+    from tests.lm_models.test_conllu import GOOD
+
+    # GOOD: two sentences (a multiword token, an empty node, no final blank line); five of them
+    # with extra blank lines between some.
+    source = tmp_path / "c.conllu"
+    source.write_text("\n\n\n".join([GOOD] * 3) + "\n\n" + "\n\n".join([GOOD] * 2))
+    assert kind_of(source) == "conllu" and kind_of("x.conllu.gz") == "conllu"
+    index = write_shards(source, tmp_path / "s", 3)
+    assert index.kind == "conllu" and index.lines == 10  # sentences
+    assert index.words == 5 * (6 + 3)  # syntactic words: not the multiword token, empty node
+    assert [s.file for s in index.shards] == [f"shard-0000{i}.conllu" for i in range(3)]
+    whole = read_conllu(source)
+    for i in range(3):  # sentence k in shard k mod 3, in order, read back as it was
+        got = read_conllu(tmp_path / "s" / index.shards[i].file)
+        assert got == whole[i::3]  # words, multiword tokens, empty nodes, comments
+        assert index.shards[i].lines == len(got)
+    write_shards(source, tmp_path / "t", 3)
+    for name in [INDEX_FILE, *(s.file for s in index.shards)]:
+        assert (tmp_path / "s" / name).read_bytes() == (tmp_path / "t" / name).read_bytes()
+    source.write_text(GOOD.replace("\tSG\tNumber=Sing\t5", " SG"))  # line 7: too few fields
+    with pytest.raises(InputError, match=r"c\.conllu:7: expected a comment or 10 tab-separated"):
+        write_shards(source, tmp_path / "u", 2)
+    source.write_text(GOOD)
+    with pytest.raises(InputError, match=r"c\.conllu: 2 sentences cannot fill 3 shards"):
+        write_shards(source, tmp_path / "u", 3)

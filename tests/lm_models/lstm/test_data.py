@@ -15,9 +15,9 @@ import torch
 
 from lm_models.batching import bucket_parts
 from lm_models.checkpoint import load_checkpoint
-from lm_models.corpus_shards import ShardReader, write_shards
+from lm_models.corpus_shards import ShardReader, ShardStream, write_shards
 from lm_models.distributed import World
-from lm_models.lstm.data import TrainStream, prepare_data, read_corpus
+from lm_models.lstm.data import prepare_data, read_corpus
 from lm_models.lstm.train import TrainConfig, train, with_train_shards
 from rescorer.core.errors import InputError
 from tests.lm_models.lstm.test_train import write_corpus
@@ -106,7 +106,7 @@ def test_streamed_training_holds_one_shard_of_examples(tmp_path: Path) -> None:
             yield shard, examples
             del examples
 
-    data = replace(data, stream=TrainStream(ShardReader(index, read), data.stream.shards))
+    data = replace(data, stream=ShardStream(ShardReader(index, read), data.stream.shards))
     seen: list[int] = []
     sentences = 0
     for batch in bucket_parts(watched(data.train_parts(seed=1)), 120, seed=1):

@@ -77,3 +77,40 @@ def test_sharding_imports_no_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO
     )
     assert out.stdout.strip() == "False"
+
+
+def test_conllu_shards_and_the_other_trainers_train_shards(tmp_path: Path) -> None:
+    from tests.lm_models.lbl.test_lbl import write_jsonl
+    from tests.lm_models.test_streamed_training import write_conllu
+
+    write_conllu(tmp_path / "train.conllu", 40, 0)
+    write_conllu(tmp_path / "dev.conllu", 8, 1)
+    result = run("corpus", "shard", tmp_path / "train.conllu", tmp_path / "shards", "--shards", 2)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"wrote 2 conllu shards to {tmp_path / 'shards'}: 40 sent")
+    config = {
+        "data": {"corpus": "conllu", "train": "train.conllu", "dev": "dev.conllu",
+                 "factors": ["word", "upos"]},
+        "model": {"order": 3, "embed_dim": 4, "hidden_dim": 8, "num_classes": 2},
+        "train": {"epochs": 1, "batch_size": 64},
+    }  # fmt: skip
+    (tmp_path / "f.json").write_text(json.dumps(config))
+    args = ["fnlm-train", tmp_path / "f.json", "--data-dir", tmp_path, "--out", tmp_path / "f"]
+    result = run(*args, "--train-shards", tmp_path / "shards")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "f" / "training.json").read_text())
+    assert meta["config"]["data"]["train_shards"] == str(tmp_path / "shards")
+    assert meta["data"]["train_sentences"] == 40
+    # lbl-train: a config without its dev corpus is one line, exit status 2
+    write_jsonl(tmp_path / "docs.jsonl", 4, 0)
+    assert (
+        run("corpus", "shard", tmp_path / "docs.jsonl", tmp_path / "d", "--shards", 2).exit_code
+        == 0
+    )
+    config = {"data": {"corpus": "jsonl", "path": "docs.jsonl", "attributes": ["genre"]}}
+    (tmp_path / "l.json").write_text(json.dumps(config))
+    args = ["lbl-train", tmp_path / "l.json", "--data-dir", tmp_path, "--out", tmp_path / "l"]
+    result = run(*args, "--train-shards", tmp_path / "d")
+    assert result.exit_code == 2
+    assert 'l.json: --train-shards: data "train_shards" needs a dev corpus' in result.output
+    assert len(result.output.strip().splitlines()) == 1
