@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,18 @@ os.environ.setdefault(THREADS_ENV, "default")
 
 DATA_DIR = default_data_dir()
 ESPNET_DIR = DATA_DIR / "nbest" / "librispeech-espnet"
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures(...)``):
+    with tiny models, thread start-up and contention cost more than they save."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

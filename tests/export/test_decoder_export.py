@@ -38,12 +38,7 @@ MOVED = ("<blk>", *WORDS[1:6], "<unk>", *WORDS[6:13], "<sos/eos>")
 RECORD = {"genre": "sport", "topic": "money"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def session(path: Path) -> ort.InferenceSession:

@@ -49,13 +49,7 @@ ATOL = 1e-4
 V = len(VOCAB)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny models gain nothing from threads, and on a busy machine they spin: use one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def session(path: Path) -> ort.InferenceSession:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,7 @@ NOUNS = {"cat": "NOUN", "dog": "NOUN", "bird": "NOUN", "fish": "NOUN"}
 UPOS = {**NOUNS, "the": "DET", "on": "ADP", "sat": "VERB", "ran": "VERB", "ate": "VERB"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def write_conllu(path: Path, n: int, seed: int) -> Path:

@@ -6,7 +6,7 @@ import json
 import math
 import random
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -325,12 +325,7 @@ TORCH_WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat"]
 TORCH_VOCAB = ["<unk>", "<s>", "</s>", *TORCH_WORDS]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 @pytest.fixture(scope="module")

@@ -62,13 +62,7 @@ FIELDS = (("genre", "genre"), ("prev", "previous sentence"))
 CTX_DIM = 32
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> object:
-    # Tiny models: thread start-up and contention cost more than they save.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def tiny_vocab() -> Vocabulary:

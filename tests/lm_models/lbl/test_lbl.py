@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +43,7 @@ GENRE = AttributeSpec("genre", ("news", "religion", "fiction"), 3)
 DOC = AttributeSpec("doc", ("d1", "d2", "d3", "d4"), 2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def randomise(model: LBL, seed: int = 0, scale: float = 0.5) -> LBL:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner, Result
 
 from export.cue_graph import check_cue_parity, export_cue
@@ -20,13 +18,7 @@ from rescorer.lms.contract import LanguageModel
 from rescorer.lms.cue import CUELanguageModel
 from tests.lm_models.cue.test_cue import tiny_corpus, tiny_lm
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def run(*args: str) -> Result:

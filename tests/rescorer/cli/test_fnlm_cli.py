@@ -7,12 +7,11 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner, Result
 
 from lm_models.fnlm.factors import Lexicon, PlainWord, words_of_text
@@ -25,13 +24,7 @@ from rescorer.lms.contract import LanguageModel
 from rescorer.lms.fnlm import FNLMLanguageModel
 from rescorer.lms.mixture import MixtureLM
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def run(*args: str) -> Result:

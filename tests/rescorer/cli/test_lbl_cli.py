@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,7 @@ DOC = AttributeSpec("doc", ("d1", "d2"), 2)
 SENTENCES = [["the", "cat", "sat"], ["a", "dog", "ran", "on", "the", "mat"], ["god"], []]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def make_checkpoint(path: Path, seed: int = 0, **kw: object) -> Path:

@@ -39,13 +39,7 @@ GENRE = ContextVariable.categorical(
 CONTEXTS: list[dict[str, str] | None] = [{"genre": "news"}, {"genre": "sport"}, None, {}]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny models gain nothing from threads, and on a busy machine they spin: use one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
 
 
 def make_model(mode: str = "factor", seed: int = 0) -> ContextLSTM:
