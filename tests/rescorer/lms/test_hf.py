@@ -4,6 +4,7 @@ pass of the same model (a tiny random GPT-2 with a byte-level BPE tokenizer buil
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,12 @@ torch = pytest.importorskip("torch")
 
 from rescorer.cli.main import main  # noqa: E402
 from rescorer.lms import load_lm  # noqa: E402
-from rescorer.lms.hf import HFCausalLM  # noqa: E402
+from rescorer.lms.hf import (  # noqa: E402
+    DEFAULT_BATCH_TOKENS,
+    HFCausalLM,
+    position_limit,
+    windows,
+)
 
 TEXT = ["the cat sat on the mat", "a dog ran in the park", "he said that it was good"] * 40
 SENTENCES = [
@@ -62,9 +68,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_gpt2(tmp_path_factory.mktemp("hf") / "tiny")
 
 
-def direct(path: Path, words: list[str]) -> tuple[float, list[float]]:
-    """Sentence and per-word log-probs by a plain forward pass: BOS + pieces, then EOS;
-    each word tokenised on its own (with its leading space after the first word)."""
+def direct_pieces(path: Path, words: list[str], limit: int | None = None) -> tuple[list, list]:
+    """Each word's pieces (tokenised on its own, with its leading space after the first word)
+    and the log-probs of all pieces then EOS, by plain forward passes over BOS + pieces.
+
+    With ``limit``, sentences longer than it are read in sliding windows (stride limit // 2):
+    a window starts every stride positions, is at most ``limit`` long, and scores only the
+    targets no earlier window scored."""
     tok = transformers.AutoTokenizer.from_pretrained(str(path))
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
     words = [w.lower() for w in words] if "".join(words).isupper() else list(words)
@@ -73,11 +83,23 @@ def direct(path: Path, words: list[str]) -> tuple[float, list[float]]:
         for i, w in enumerate(words)
     ]
     ids = [p for piece in per_word for p in piece]
-    full = torch.tensor([[tok.bos_token_id, *ids]])
-    with torch.no_grad():
-        lp = torch.log_softmax(model(full).logits[0].double(), -1)
-    targets = [*ids, tok.eos_token_id]
-    values = [float(lp[t, target]) for t, target in enumerate(targets)]
+    stream, targets = [tok.bos_token_id, *ids], [*ids, tok.eos_token_id]
+    width = len(stream) if limit is None else limit
+    values: list[float] = []
+    for begin in range(0, len(stream), max(width // 2, 1)):
+        window = torch.tensor([stream[begin : begin + width]])
+        with torch.no_grad():
+            lp = torch.log_softmax(model(window).logits[0].double(), -1)
+        for t in range(len(values), min(begin + width, len(stream))):
+            values.append(float(lp[t - begin, targets[t]]))
+        if len(values) == len(stream):
+            break
+    return per_word, values
+
+
+def direct(path: Path, words: list[str], limit: int | None = None) -> tuple[float, list[float]]:
+    """Sentence and per-word log-probs by plain forward passes (see direct_pieces)."""
+    per_word, values = direct_pieces(path, words, limit)
     words_lp, k = [], 0
     for piece in per_word:
         words_lp.append(sum(values[k : k + len(piece)]))
@@ -116,113 +138,6 @@ def test_case_and_streaming(tiny: Path) -> None:
     assert total == pytest.approx(auto.sentence_logprobs([words])[0], abs=1e-4)
 
 
-LONG = ("the cat sat on the mat and a dog ran in the park " * 8).split()  # ~100 pieces
-
-
-def windowed_by_hand(path: Path, lm: HFCausalLM, words: list[str]) -> np.ndarray:
-    """Each target's log-prob from its own forward pass over the window that scores it: targets
-    before L with everything before them (from BOS), target p >= L in the first window
-    [k * stride, k * stride + L) that reaches past p."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
-    ids, _ = lm.pieces(words)
-    inputs, targets = [lm.bos_id, *ids], [*ids, lm.eos_id]
-    limit, stride = model.config.n_positions, model.config.n_positions // 2
-    values = []
-    for p, target in enumerate(targets):
-        # the first window k * stride + L that reaches past p
-        start = 0 if p < limit else stride * -(-(p + 1 - limit) // stride)
-        window = torch.tensor([inputs[start : p + 1]])  # causal: later tokens change nothing
-        with torch.no_grad():
-            lp = torch.log_softmax(model(window).logits[0, -1].double(), -1)
-        values.append(float(lp[target]))
-    return np.array(values)
-
-
-def test_sentences_longer_than_the_context_are_scored_in_windows(tiny: Path) -> None:
-    lm = HFCausalLM(tiny, device="cpu")
-    assert lm.max_positions == 64
-    ids, owner = lm.pieces(LONG)
-    assert len(ids) + 1 > 64 + 32  # three windows: ends at 64, 96 and the sentence's end
-    want = windowed_by_hand(tiny, lm, LONG)
-    got = lm._piece_logprobs([ids])[0]
-    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
-    # with the short sentences in one call: every one as it is alone, in its place
-    mixed = [*SENTENCES[:2], LONG, SENTENCES[4]]
-    values = lm.token_logprobs(mixed)
-    np.testing.assert_allclose(values[2].sum(), want.sum(), atol=1e-3, rtol=0)
-    shorts = [*SENTENCES[:2], SENTENCES[4]]
-    for got_short, words in zip([values[0], values[1], values[3]], shorts, strict=True):
-        np.testing.assert_allclose(got_short, direct(tiny, words)[1], atol=1e-4, rtol=0)
-    # word values: the pieces summed per word, EOS last
-    expected_words = np.zeros(len(LONG) + 1)
-    np.add.at(expected_words, np.asarray(owner), want[: len(ids)])
-    expected_words[-1] = want[-1]
-    np.testing.assert_allclose(values[2], expected_words, atol=1e-4, rtol=0)
-    # streaming gives the same sentence value
-    states, total = [lm.start()], 0.0
-    for w in [*LONG, "</s>"]:
-        step, states = lm.advance(states, [w])
-        total += float(step[0])
-    assert total == pytest.approx(float(want.sum()), abs=1e-3)
-
-
-def test_a_sentence_that_just_fits_takes_one_pass(tiny: Path) -> None:
-    lm = HFCausalLM(tiny, device="cpu")
-    words = ["the"] * 63
-    assert len(lm.pieces(words)[0]) + 1 == 64  # BOS + 63 pieces: the model's whole context
-    np.testing.assert_allclose(lm.token_logprobs([words])[0], direct(tiny, words)[1], atol=1e-4)
-
-
-NBEST = [
-    "THE CAT SAT ON THE MAT AND A DOG RAN",  # list 1: four hypotheses sharing a long start
-    "THE CAT SAT ON THE MAT AND A DOG RUN",
-    "THE CAT SAT ON THE MAT",  # the shared part itself (nothing after it)
-    "THE CAT SAT ON THE MAT AND THE DOG RAN IN THE PARK",
-    "A DOG RAN IN THE PARK",  # list 2: one hypothesis
-    "HE SAID THAT IT WAS GOOD",  # list 3: two sharing the start
-    "HE SAID THAT IT WAS",
-]
-
-
-def test_prefix_cache_gives_the_values_of_one_pass_each(
-    tiny: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Hypotheses that share their start (an N-best list) run it once and their remainders on
-    its cached keys and values: the same values as without the cache."""
-    from rescorer.lms import hf
-
-    sentences = [h.split() for h in NBEST]
-    plain = HFCausalLM(tiny, device="cpu", prefix_cache=False).token_logprobs(sentences)
-    cached_lm = HFCausalLM(tiny, device="cpu")
-    groups: list[list[int]] = []
-    original = HFCausalLM._shared
-
-    def spy(self: HFCausalLM, group: list[int], sequences: list) -> list:
-        groups.append(list(group))
-        return original(self, group, sequences)
-
-    monkeypatch.setattr(HFCausalLM, "_shared", spy)
-    cached = cached_lm.token_logprobs(sentences)
-    assert sorted(sorted(g) for g in groups) == [[0, 1, 2, 3], [5, 6]]  # the lone one: plain
-    for a, b, words in zip(cached, plain, sentences, strict=True):
-        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
-        np.testing.assert_allclose(a, direct(tiny, words)[1], atol=1e-4, rtol=0)
-    # a group wider than batch_tokens is scored in parts (each with its own shared start)
-    small = HFCausalLM(tiny, device="cpu", batch_tokens=16).token_logprobs(sentences)
-    for a, b in zip(small, plain, strict=True):
-        np.testing.assert_allclose(a, b, atol=2e-5, rtol=0)
-    assert len(groups) > 4  # the first group of 4 went in parts (with the spy still on)
-    # groups form whatever the order; a long sentence is windowed, never in a group
-    groups.clear()
-    mixed = [sentences[0], LONG, sentences[5], sentences[1], sentences[2]]
-    got = cached_lm.token_logprobs(mixed)
-    assert sorted(sorted(g) for g in groups) == [[0, 3, 4]]
-    np.testing.assert_allclose(got[1], cached_lm.token_logprobs([LONG])[0], atol=1e-5)
-    # the option reaches the model through a spec's options
-    assert load_lm(f"hf:{tiny}", prefix_cache=False).prefix_cache is False
-    assert hf.MIN_SHARED_PIECES >= 1
-
-
 def test_pickled_weights_and_bad_folders_are_refused(tmp_path: Path) -> None:
     folder = tmp_path / "gpt"
     folder.mkdir()
@@ -259,3 +174,123 @@ def test_cli_score_tune_rescore_with_an_hf_model(
     res = run(main, ["-q", "rescore", "--nbest", str(scored), "--weights", str(weights),
                      "--ref", str(ref), "--out", str(tmp_path / "out")])  # fmt: skip
     assert res.exit_code == 0 and "%WER" in res.output, res.output
+
+
+# -- sentences longer than the model's 64 positions ---------------------------------------------
+PARK = ["the", "cat", "sat", "on", "the", "mat", "and", "the", "dog", "ran", "in", "the", "park"]
+
+
+def sentence_of(lm: HFCausalLM, pieces: int) -> list[str]:
+    """Words from TEXT whose sentence is exactly ``pieces`` pieces long."""
+    vocab = sorted({w for line in TEXT for w in line.split()})
+    words: list[str] = []
+    while len(lm.pieces(words)[0]) < pieces:
+        fits = [w for w in vocab if len(lm.pieces([*words, w])[0]) <= pieces]
+        assert fits, f"no word fits after {len(lm.pieces(words)[0])} pieces"
+        words.append(fits[len(words) % len(fits)])
+    return words
+
+
+def test_windows_score_every_target_once() -> None:
+    assert windows(10, 4) == [(0, 4, 0), (2, 6, 4), (4, 8, 6), (6, 10, 8)]
+    assert windows(5, 4) == [(0, 4, 0), (2, 5, 4)]  # the last window is shorter
+    assert windows(4, 4) == [(0, 4, 0)]
+    for n, limit in [(100, 64), (129, 64), (65, 64), (7, 1)]:
+        spans = windows(n, limit)
+        assert [t for _, end, first in spans for t in range(first, end)] == list(range(n))
+        assert all(end - begin <= limit for begin, end, _ in spans)
+        # every later target keeps limit - limit // 2 positions of left context at least
+        assert all(first - begin >= limit - max(limit // 2, 1) for begin, _, first in spans[1:])
+
+
+def test_position_limit_from_configs() -> None:
+    assert position_limit(transformers.GPT2Config(n_positions=64)) == 64
+    assert position_limit(transformers.LlamaConfig(max_position_embeddings=128)) == 128
+    assert position_limit(transformers.PretrainedConfig()) is None
+
+
+def test_long_sentences_are_scored_in_windows(tiny: Path, caplog: pytest.LogCaptureFixture) -> None:
+    lm = HFCausalLM(tiny, device="cpu")
+    assert lm.max_positions == 64
+    long = PARK * 9  # 135 pieces: 136 positions with BOS, in 4 windows (stride 32)
+    ids, _ = lm.pieces(long)
+    assert len(ids) == 135
+    with caplog.at_level(logging.INFO, logger="rescorer.lms.hf"):
+        got = lm.token_logprobs([long, SENTENCES[0], long[:60]])  # long[:60]: 2 windows
+    assert [r.getMessage() for r in caplog.records if "windows" in r.getMessage()] == [
+        "hf tiny: 2 sentence(s) longer than the model's 64 positions, scored in 6 windows "
+        "(stride 32)"
+    ]
+    _, want_pieces = direct_pieces(tiny, long, limit=64)
+    np.testing.assert_allclose(lm._piece_logprobs([ids])[0], want_pieces, atol=1e-4, rtol=0)
+    for words, values in zip([long, SENTENCES[0], long[:60]], got, strict=True):
+        _, want = direct(tiny, words, limit=64)
+        np.testing.assert_allclose(values, want, atol=1e-4, rtol=0)
+    # the windows differ from one pass over all the pieces (were positions beyond 64 allowed)
+    assert lm.stats.computed > lm.stats.scored
+
+
+def test_a_sentence_at_the_limit_takes_one_pass(
+    tiny: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    lm = HFCausalLM(tiny, device="cpu")
+    at_limit = sentence_of(lm, 63)  # BOS + 63 pieces: 64 positions, the model's limit
+    over = sentence_of(lm, 64)
+    with caplog.at_level(logging.INFO, logger="rescorer.lms.hf"):
+        got = lm.token_logprobs([at_limit])[0]
+    assert not [r for r in caplog.records if "windows" in r.getMessage()]
+    assert lm.stats.computed == lm.stats.scored == 64
+    np.testing.assert_allclose(got, direct(tiny, at_limit)[1], atol=1e-4, rtol=0)
+    # one piece more: two windows, the second scoring the last target only
+    np.testing.assert_allclose(
+        lm.token_logprobs([over])[0], direct(tiny, over, limit=64)[1], atol=1e-4, rtol=0
+    )
+    assert lm.stats.computed - 64 == 2 * 64 - 31  # windows [0, 64) and [32, 65)
+
+
+def test_streaming_a_long_sentence_agrees_with_token_logprobs(tiny: Path) -> None:
+    lm = HFCausalLM(tiny, device="cpu")
+    words = PARK * 6  # 90 pieces
+    want = lm.token_logprobs([words])[0]
+    states, got = [lm.start()], []
+    for w in [*words, "</s>"]:
+        vals, states = lm.advance(states, [w])
+        got.append(float(vals[0]))
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+
+
+# -- prefix caching ------------------------------------------------------------------------------
+def test_prefix_cache_equals_the_uncached_path(tiny: Path) -> None:
+    dog = ["a", "dog", "ran", "in", "the", "park", "and", "he", "said", "that", "it", "was", "good"]
+    sentences = [
+        PARK,
+        PARK[:-1] + ["mat"],  # shares all but the last word
+        ["he", "said"],  # distinct prefixes, alone
+        PARK[:8],  # the common prefix alone: an empty suffix
+        dog,  # a one-sentence "group": nothing shares its prefix
+        PARK + ["and", "he", "said"],
+        PARK[:9] + ["good"],
+        PARK * 6,  # shares the prefix but too long for the model: windows
+        PARK,  # a duplicate
+        [],
+        dog[:4] + PARK,
+        dog[:4] + PARK[:5],
+    ]
+    plain = HFCausalLM(tiny, device="cpu", prefix_cache=False)
+    want = plain.token_logprobs(sentences)
+    want_pieces = plain._piece_logprobs([plain.pieces(s)[0] for s in sentences])
+    for batch_tokens in (DEFAULT_BATCH_TOKENS, 16):  # 16: a group's rows in several batches
+        cached = load_lm(f"hf:{tiny}", device="cpu", batch_tokens=batch_tokens, prefix_cache=True)
+        assert isinstance(cached, HFCausalLM) and cached.prefix_cache
+        ids = [cached.pieces(s)[0] for s in sentences]
+        fits = sorted((i for i in range(len(ids)) if i != 7), key=lambda i: ids[i])
+        groups = cached._prefix_groups(ids, fits)
+        assert sorted(sorted(m) for m, _ in groups) == [[0, 1, 3, 5, 6, 8], [10, 11]]
+        got = cached.token_logprobs(sentences)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        for g, w in zip(cached._piece_logprobs(ids), want_pieces, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        assert cached.stats.computed < plain.stats.computed
+    with pytest.raises(ValueError, match="prefix_cache must be True or False, got 'yes'"):
+        HFCausalLM(tiny, device="cpu", prefix_cache="yes")  # type: ignore[arg-type]
