@@ -64,6 +64,40 @@ T = TypeVar("T")
 C = TypeVar("C")
 
 
+def check_training_data(
+    path_key: str,
+    path: str,
+    train_shards: str | None,
+    dev: str | None,
+    corpus: str,
+    shard_corpora: Iterable[str],
+    units: str,
+) -> None:
+    """A training config's data section names its training data once: the corpus file
+    (``path_key``: ``path``) or a shard folder (``train_shards``), the latter with a ``dev``
+    corpus of its own and a ``corpus`` reader whose ``units`` shards hold. ValueError saying
+    what is missing or twice, otherwise."""
+    if train_shards is None:
+        if not path:
+            raise ValueError(
+                f'data needs the training corpus "{path_key}" (or "train_shards" and "dev")'
+            )
+        return
+    if path:
+        raise ValueError(
+            f'data "{path_key}" and "train_shards" both name the training data: give one'
+        )
+    if dev is None:
+        raise ValueError(
+            'data "train_shards" needs a dev corpus: "dev" (the split fractions do not apply '
+            "to shards)"
+        )
+    if corpus not in shard_corpora:
+        held = sorted(shard_corpora)
+        named = f'"{held[0]}"' if len(held) == 1 else str(held)
+        raise ValueError(f"train_shards hold corpus {named} {units}, got corpus {corpus!r}")
+
+
 def kind_of(path: str | Path) -> str:
     """``jsonl`` for a ``.jsonl`` (or ``.jsonl.gz``) file name, ``conllu`` for a ``.conllu``
     (``.conllu.gz``) one, else ``text``."""

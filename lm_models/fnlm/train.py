@@ -55,7 +55,7 @@ import torch
 from lm_models.batching import row_batches
 from lm_models.conllu import read_conllu
 from lm_models.corpora import read_brown_tagged, split_documents
-from lm_models.corpus_shards import ShardStream
+from lm_models.corpus_shards import ShardStream, check_training_data
 from lm_models.distributed import (
     World,
     all_gather_objects,
@@ -163,18 +163,11 @@ class FNLMDataConfig:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
         if self.unit not in UNITS:
             raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
-        if self.train_shards is None and not self.train:
-            raise ValueError('data needs the training corpus "train" (or "train_shards")')
-        if self.train_shards is not None:
-            if self.train:
-                raise ValueError(
-                    'data "train" and "train_shards" both name the training data: give one'
-                )
-            if self.corpus not in SHARD_CORPORA:
-                raise ValueError(
-                    f"train_shards hold corpus {sorted(SHARD_CORPORA)} sentences, got corpus "
-                    f"{self.corpus!r}"
-                )
+        if self.train_shards is None or self.dev is not None:  # else: the dev check below
+            check_training_data(
+                "train", self.train, self.train_shards, self.dev, self.corpus, SHARD_CORPORA,
+                "sentences",
+            )  # fmt: skip
         if self.corpus != "brown" and self.dev is None:
             raise ValueError(f"corpus {self.corpus!r} needs a dev file for early stopping")
         if self.output_min_count < 1 or self.input_min_count < 1:

@@ -61,7 +61,7 @@ from torch import Tensor
 
 from lm_models.batching import row_batches
 from lm_models.corpora import Document, read_brown, read_jsonl, split_documents
-from lm_models.corpus_shards import ShardStream
+from lm_models.corpus_shards import ShardStream, check_training_data
 from lm_models.distributed import (
     World,
     all_sum,
@@ -137,22 +137,9 @@ class LBLDataConfig:
         object.__setattr__(self, "split", tuple(self.split))
         if self.corpus not in CORPORA:
             raise ValueError(f"corpus must be one of {CORPORA}, got {self.corpus!r}")
-        if self.train_shards is None and not self.path:
-            raise ValueError('data needs the corpus "path" (or "train_shards" and "dev")')
-        if self.train_shards is not None:
-            if self.path:
-                raise ValueError(
-                    'data "path" and "train_shards" both name the training data: give one'
-                )
-            if self.dev is None:
-                raise ValueError(
-                    'data "train_shards" needs a dev corpus: "dev" (the split fractions do not '
-                    "apply to shards)"
-                )
-            if self.corpus != "jsonl":
-                raise ValueError(
-                    f'train_shards hold corpus "jsonl" documents, got corpus {self.corpus!r}'
-                )
+        check_training_data(
+            "path", self.path, self.train_shards, self.dev, self.corpus, ("jsonl",), "documents"
+        )
         if len(set(self.attributes)) != len(self.attributes):
             raise ValueError(f"attributes must be distinct, got {list(self.attributes)}")
         if self.min_count < 1:

@@ -40,7 +40,7 @@ from lm_models.corpora import (
     read_plain,
     split_documents,
 )
-from lm_models.corpus_shards import ShardStream
+from lm_models.corpus_shards import ShardStream, check_training_data
 from lm_models.distributed import ONE_PROCESS, World, broadcast_object, counted_shards, share
 from lm_models.lstm.context import ContextVariable
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
@@ -119,20 +119,9 @@ class DataConfig:
                 "data.tokens / data.bpe_model with train_shards: not supported yet (the ASR "
                 "units are counted over the training text in memory); give data.path"
             )
-        if self.train_shards is None and not self.path:
-            raise ValueError('data needs the corpus "path" (or "train_shards" and "dev")')
-        if self.train_shards is not None:
-            if self.path:
-                raise ValueError(
-                    'data "path" and "train_shards" both name the training data: give one'
-                )
-            if self.dev is None:
-                raise ValueError('data "train_shards" needs a dev corpus: "dev"')
-            if self.corpus not in SHARD_CORPORA:
-                raise ValueError(
-                    f"train_shards hold corpus {sorted(SHARD_CORPORA)} lines, got corpus "
-                    f"{self.corpus!r}"
-                )
+        check_training_data(
+            "path", self.path, self.train_shards, self.dev, self.corpus, SHARD_CORPORA, "lines"
+        )
 
 
 CORPUS_READERS: dict[str, Callable[[Path, DataConfig], list[Document]]] = {

@@ -210,7 +210,7 @@ def test_shard_configs_are_refused_with_one_clear_message(tmp_path: Path) -> Non
         ({**lbl, "train_shards": "s"}, r'"train_shards" needs a dev corpus: "dev" \(the split'),
         ({**lbl, "train_shards": "s", "dev": "d", "path": "p"}, '"path" and "train_shards" both'),
         ({**lbl, "corpus": "brown", "train_shards": "s", "dev": "d"}, 'hold corpus "jsonl" doc'),
-        (lbl, 'needs the corpus "path"'),
+        (lbl, 'needs the training corpus "path"'),
     ]:
         with pytest.raises(ValueError, match=message):
             LBLTrainConfig.from_json({"data": data})

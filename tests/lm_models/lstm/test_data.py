@@ -141,7 +141,7 @@ def test_bad_shard_configs_name_the_problem(tmp_path: Path) -> None:
         TrainConfig.from_json({"data": {"corpus": "jsonl", "train_shards": "s"}})
     with pytest.raises(ValueError, match="train_shards hold corpus"):
         TrainConfig.from_json({"data": {"corpus": "brown", "train_shards": "s", "dev": "d"}})
-    with pytest.raises(ValueError, match='needs the corpus "path"'):
+    with pytest.raises(ValueError, match='needs the training corpus "path"'):
         TrainConfig.from_json({"data": {"corpus": "jsonl"}})
     write_shards(train_file, tmp_path / "text", 2, kind="text")
     with pytest.raises(InputError, match="shards of text lines; corpus 'jsonl' reads jsonl"):
