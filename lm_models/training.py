@@ -41,6 +41,7 @@ from lm_models.distributed import (
     close_world,
     common_steps,
     current_world,
+    end_process,
 )
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_fields, read_json
@@ -156,8 +157,9 @@ def config_training_main(
     except ValueError as err:
         ap.exit(2, f"error: {err}\n")  # bad input: one line, exit status 2
     result = run(cfg, args.data_dir or default_data_dir(), args.out, not args.quiet)
-    close_world()  # under torchrun: every process leaves the group together
+    closed = close_world()  # under torchrun: every process leaves the group together
     logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
+    end_process(closed)
 
 
 # -- early stopping ---------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from lm_models.distributed import (
     all_sum,
     barrier,
     close_world,
+    end_process,
     init_world,
     process_device,
     seed_process,
@@ -593,8 +594,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         resume=not args.no_resume,
         progress=not args.quiet,
     )
-    close_world()  # under torchrun: every process leaves the group together
+    closed = close_world()  # under torchrun: every process leaves the group together
     logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)
+    end_process(closed)
 
 
 if __name__ == "__main__":

@@ -255,7 +255,7 @@ def train_cmd(
     """
     from dataclasses import replace
 
-    from lm_models.distributed import close_world
+    from lm_models.distributed import close_world, end_process
     from lm_models.lstm.train import TrainConfig, train, with_train_shards  # torch is heavy
     from rescorer.core.data import default_data_dir
 
@@ -274,7 +274,7 @@ def train_cmd(
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
     result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet())
-    close_world()  # under torchrun: every process leaves the group together
+    closed = close_world()  # under torchrun: every process leaves the group together
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "
         f"checkpoint {out_dir / 'best'}"
@@ -285,6 +285,7 @@ def train_cmd(
         asr = checkpoint_asr_tokens(out_dir / "best")
         if asr is not None:
             click.echo(f"units: the ASR model's, {asr.describe()}")
+    end_process(closed)
 
 
 # -- classify and inspect (context-aware neural models) ------------------------------------------

@@ -481,13 +481,14 @@ def run_config_trainer(
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
     result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not quiet())
-    from lm_models.distributed import close_world  # torch is loaded by now
+    from lm_models.distributed import close_world, end_process  # torch is loaded by now
 
-    close_world()  # under torchrun: every process leaves the group together
+    closed = close_world()  # under torchrun: every process leaves the group together
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch} "
         f"({result.parameters:,} parameters, {result.seconds:.0f} s); checkpoint {out_dir}"
     )
+    end_process(closed)
 
 
 def lm_options(fn: F) -> F:

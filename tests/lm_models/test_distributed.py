@@ -24,7 +24,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lm_models.distributed import ONE_PROCESS, World, close_world, rank_seed, share, share_slices
+from lm_models.distributed import (
+    ONE_PROCESS,
+    World,
+    close_world,
+    end_process,
+    rank_seed,
+    share,
+    share_slices,
+)
 from lm_models.training import DevResult, FitOptions, Step, fit
 from tests.paths import REPO as REPO_ROOT
 
@@ -90,8 +98,7 @@ def _toy_worker(rank: int, init: str, out: str) -> None:
     except ValueError as err:
         result["weights"] = str(err)
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
-    dist.barrier()  # neither process leaves while the other still talks to it
-    dist.destroy_process_group()
+    end_process(close_world())  # neither leaves while the other talks to it; no teardown
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +233,7 @@ def _family_worker(rank: int, port: int, family: str, tmp: str) -> None:
     cfg = CONFIGS[family](Path(tmp))
     seen = _run_family(family, cfg, Path(tmp), Path(tmp, "two"))
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(seen))
-    close_world()  # neither process leaves while the other still talks to it
+    end_process(close_world())  # neither leaves while the other talks to it; no teardown
 
 
 CONFIGS: dict[str, Callable[[Path], Any]] = {
@@ -359,7 +366,7 @@ def _cue_worker(rank: int, port: int, tmp: str) -> None:
     torch.set_num_threads(1)
     got = _cue_stages()
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(got))
-    close_world()
+    end_process(close_world())
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import torch
 import torch.multiprocessing as mp
 
 from lm_models.corpus_shards import ShardReader, write_shards
-from lm_models.distributed import ONE_PROCESS, close_world, total_counts
+from lm_models.distributed import ONE_PROCESS, close_world, end_process, total_counts
 from lm_models.fnlm.model import pattern_keys
 from lm_models.training import config_training_main
 from rescorer.core.errors import InputError
@@ -301,7 +301,7 @@ def _shard_worker(rank: int, port: int, family: str, tmp: str) -> None:
     got.update(_run_family(family, cfg, Path(tmp), Path(tmp, "two")))
     got["reads"] = reads
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(got))
-    close_world()  # neither process leaves while the other still talks to it
+    end_process(close_world())  # neither leaves while the other talks to it; no teardown
 
 
 def _two_processes(family: str, tmp_path: Path) -> list[dict[str, Any]]:
