@@ -568,6 +568,7 @@ def score(
                 nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report
             )
             if scored is None:  # not rank 0: rank 0 writes
+                end_torchrun_process()
                 return
             nbest = scored
         write_nbest(NBest(list(nbest.values()), refs), out_path, "jsonl")
@@ -603,6 +604,16 @@ def score(
     click.echo(
         f"wrote {what} with features {list(names)} to {out_path}" + normalized_label(normalizer)
     )
+    if torchrun:
+        end_torchrun_process()
+
+
+def end_torchrun_process() -> None:
+    """A torchrun scoring process has left its group (scale_out.score_under_torchrun): exit
+    without the interpreter's teardown (lm_models.distributed.end_process says why)."""
+    from lm_models.distributed import end_process
+
+    end_process(True)
 
 
 @click.command()
