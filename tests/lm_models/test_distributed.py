@@ -396,7 +396,12 @@ def _torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_fnlm_trains_under_torchrun(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shards", [False, True], ids=["file", "shards"])
+def test_fnlm_trains_under_torchrun(tmp_path: Path, shards: bool) -> None:
+    """The module entry point under torchrun, from the corpus file or (--train-shards) from two
+    shards, one per process: the same steps either way (each process a half of the rows)."""
+    from lm_models.corpus_shards import write_shards
+
     _fnlm_config(tmp_path)  # writes the corpus
     config = {
         "data": {"corpus": "plain", "train": "train.txt", "dev": "dev.txt", "factors": ["word"],
@@ -406,6 +411,9 @@ def test_fnlm_trains_under_torchrun(tmp_path: Path) -> None:
     }  # fmt: skip
     (tmp_path / "c.json").write_text(json.dumps(config))
     args = ["-m", "lm_models.fnlm.train", str(tmp_path / "c.json"), "--out", str(tmp_path / "m")]
+    if shards:
+        write_shards(tmp_path / "train.txt", tmp_path / "shards", 2)
+        args += ["--train-shards", str(tmp_path / "shards")]
     proc = _torchrun([*args, "--quiet", "--data-dir", str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     meta = json.loads((tmp_path / "m" / "training.json").read_text())
