@@ -584,16 +584,28 @@ def step_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
     extra, context_id = _inputs(w, with_context)
     b = _Builder(itertools.count())
     k = _Consts(b)
-    d, layers, v = w.hidden_dim, w.num_layers, w.vocab_size
+    v = w.vocab_size
     h_all, h_T, m_T = _lstm(b, w, k, "x", "h0", "c0", context_id)
     log_probs = _log_softmax(b, w, k, h_all, context_id)
-    b.nodes.append(helper.make_node("Identity", [log_probs], ["log_softmax"], name="out_logp"))
-    b.nodes.append(helper.make_node("Identity", [h_T], ["next_h0"], name="out_h"))
-    b.nodes.append(helper.make_node("Identity", [m_T], ["next_c0"], name="out_c"))
-    state = [layers, "N", d]
+    return _stateful_graph(b, "context_lstm_step", (log_probs, h_T, m_T), w, ["N", "L", v], extra)
+
+
+def _stateful_graph(
+    b: _Builder,
+    name: str,
+    outputs: tuple[str, str, str],
+    w: LSTMWeights,
+    log_probs_shape: list[int | str],
+    extra: Sequence[onnx.ValueInfoProto] = (),
+) -> onnx.GraphProto:
+    """The graph of a stateful export: inputs x (N, L), h0, c0 (layers, N, d) (+ ``extra``),
+    outputs log_softmax (``log_probs_shape``), next_h0, next_c0 from the nodes ``outputs``."""
+    for node, out in zip(outputs, ("log_softmax", "next_h0", "next_c0"), strict=True):
+        b.nodes.append(helper.make_node("Identity", [node], [out], name=f"out_{out}"))
+    state = [w.num_layers, "N", w.hidden_dim]
     return helper.make_graph(
         b.nodes,
-        "context_lstm_step",
+        name,
         [
             helper.make_tensor_value_info("x", TensorProto.INT64, ["N", "L"]),
             helper.make_tensor_value_info("h0", TensorProto.FLOAT, state),
@@ -601,7 +613,7 @@ def step_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
             *extra,
         ],
         [
-            helper.make_tensor_value_info("log_softmax", TensorProto.FLOAT, ["N", "L", v]),
+            helper.make_tensor_value_info("log_softmax", TensorProto.FLOAT, log_probs_shape),
             helper.make_tensor_value_info("next_h0", TensorProto.FLOAT, state),
             helper.make_tensor_value_info("next_c0", TensorProto.FLOAT, state),
         ],
@@ -723,7 +735,6 @@ def score_token_graph(
     _inputs(w, False)
     b = _Builder(itertools.count())
     k = _Consts(b)
-    d, layers = w.hidden_dim, w.num_layers
     x = _mapped_ids(b, "x", input_map)  # (N, L)
     h_all, h_T, m_T = _lstm(b, w, k, x, "h0", "c0", None)  # (N, L, d)
     last = b.op(
@@ -754,25 +765,7 @@ def score_token_graph(
         )  # (N, V_out)
         log_probs = b.op("Add", [picked, b.const("output_never", never)], "lp_out")  # (N, V_out)
         v_out = len(table)
-    b.nodes.append(helper.make_node("Identity", [log_probs], ["log_softmax"], name="out_logp"))
-    b.nodes.append(helper.make_node("Identity", [h_T], ["next_h0"], name="out_h"))
-    b.nodes.append(helper.make_node("Identity", [m_T], ["next_c0"], name="out_c"))
-    state = [layers, "N", d]
-    return helper.make_graph(
-        b.nodes,
-        "context_lstm_score_token",
-        [
-            helper.make_tensor_value_info("x", TensorProto.INT64, ["N", "L"]),
-            helper.make_tensor_value_info("h0", TensorProto.FLOAT, state),
-            helper.make_tensor_value_info("c0", TensorProto.FLOAT, state),
-        ],
-        [
-            helper.make_tensor_value_info("log_softmax", TensorProto.FLOAT, ["N", v_out]),
-            helper.make_tensor_value_info("next_h0", TensorProto.FLOAT, state),
-            helper.make_tensor_value_info("next_c0", TensorProto.FLOAT, state),
-        ],
-        initializer=b.initializers,
-    )
+    return _stateful_graph(b, "context_lstm_score_token", (log_probs, h_T, m_T), w, ["N", v_out])
 
 
 def nll_graph(
