@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,17 @@ os.environ.setdefault(THREADS_ENV, "default")
 
 DATA_DIR = default_data_dir()
 ESPNET_DIR = DATA_DIR / "nbest" / "librispeech-espnet"
+
+
+@pytest.fixture()
+def restore_logging() -> Iterator[None]:
+    """``main`` reconfigures the root logger onto the runner's (soon closed) stderr; undo it
+    after the test (``pytestmark = pytest.mark.usefixtures("restore_logging")``)."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ the model's own ids, so a wrong table in the graph or in lm_models.asr_tokens sh
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,8 @@ MOVED = ("<blk>", *WORDS[1:6], "<unk>", *WORDS[6:13], "<sos/eos>")
 RECORD = {"genre": "sport", "topic": "money"}
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
+# tiny models: one thread; main reconfigures the root logger: restored after each test
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "restore_logging")
 
 
 def session(path: Path) -> ort.InferenceSession:
@@ -212,15 +212,6 @@ def test_export_checkpoint_takes_the_checkpoints_token_set(tmp_path: Path) -> No
 
 
 # -- rescorer export --tokens -----------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def run(args: Sequence[object]) -> Result:

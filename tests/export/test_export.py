@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,7 +48,8 @@ ATOL = 1e-4
 V = len(VOCAB)
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
+# tiny models: one thread; main reconfigures the root logger: restored after each test
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "restore_logging")
 
 
 def session(path: Path) -> ort.InferenceSession:
@@ -506,16 +506,6 @@ def test_int8_quantisation(tmp_path: Path) -> None:
 
 
 # -- the command line -------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` reconfigures the root logger onto the runner's (soon closed) stderr; undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def run(args: Sequence[object]) -> Result:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -195,14 +193,7 @@ def test_load_token_set(tmp_path: Path) -> None:
 # -- rescorer train --tokens / --bpe-model --------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` reconfigures the root logger onto the runner's (soon closed) stderr; undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")  # main reconfigures logging
 
 
 def train_config(tmp_path: Path, **data: object) -> Path:

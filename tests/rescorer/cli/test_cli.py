@@ -7,11 +7,10 @@ one test checks the published figures of the real LibriSpeech N-best lists when 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import random
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -89,14 +88,7 @@ ORACLE_LINE = "%WER 4.17 [ 1 / 24, 0 ins, 0 del, 1 sub ]"
 # -- helpers ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` reconfigures the root logger onto the runner's (soon closed) stderr; undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")  # main reconfigures logging
 
 
 def run(args: Sequence[object], quiet: bool = True) -> Result:

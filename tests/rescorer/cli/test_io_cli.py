@@ -14,20 +14,20 @@ import pytest
 
 from rescorer.formats import read_nbest
 from rescorer.refs import read_kaldi_text, read_utt2spk, write_trn
-from tests.rescorer.cli.test_cli import (  # noqa: F401 (_restore_logging: an autouse fixture)
+from tests.rescorer.cli.test_cli import (
     FIRST_PASS_LINE,
     ORACLE_LINE,
     TUNE_REFS,
     TUNE_UTTS,
     Factory,
-    _restore_logging,
     assert_input_error,
     assert_usage_error,
     read_jsonl,
     run,
-    wer_lines,
     write,
 )
+
+pytestmark = pytest.mark.usefixtures("restore_logging")  # main reconfigures logging
 
 # Three records as HyPoradise writes them (no ids: 000000, 000001, 000002). First hypotheses:
 # a/the substituted (000000), word/world substituted (000001), correct (000002): 2 errors over

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.rescorer.cli.test_cli import (  # noqa: F401 (_restore_logging: an autouse fixture)
+from tests.rescorer.cli.test_cli import (
     Factory,
-    _restore_logging,
     assert_input_error,
     assert_usage_error,
     read_jsonl,
@@ -25,6 +24,8 @@ from tests.rescorer.cli.test_cli import (  # noqa: F401 (_restore_logging: an au
     write,
     write_weights,
 )
+
+pytestmark = pytest.mark.usefixtures("restore_logging")  # main reconfigures logging
 
 # -- noise words --------------------------------------------------------------------------------
 

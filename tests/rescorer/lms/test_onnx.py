@@ -12,7 +12,7 @@ import logging
 import random
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,17 +48,8 @@ CONTEXTS: list[dict | None] = [
 ]
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` reconfigures the root logger onto the runner's (soon closed) stderr; undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+# tiny models: one thread; main reconfigures the root logger: restored after each test
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "restore_logging")
 
 
 @pytest.fixture(scope="module")

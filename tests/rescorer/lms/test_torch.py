@@ -13,7 +13,7 @@ import random
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +39,8 @@ GENRE = ContextVariable.categorical(
 CONTEXTS: list[dict[str, str] | None] = [{"genre": "news"}, {"genre": "sport"}, None, {}]
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread
+# tiny models: one thread; main reconfigures the root logger: restored after each test
+pytestmark = pytest.mark.usefixtures("one_torch_thread", "restore_logging")
 
 
 def make_model(mode: str = "factor", seed: int = 0) -> ContextLSTM:
@@ -335,16 +336,6 @@ def test_add_lm_scores_with_contexts(lm: TorchLM) -> None:
 
 
 # -- the command line -------------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """``main`` reconfigures the root logger onto the runner's (soon closed) stderr; undo it."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def run(args: Sequence[object]) -> Result:
