@@ -11,6 +11,7 @@ import numpy as np
 
 from rescorer.cli.options import (
     EXISTING_FILE,
+    MODEL_DIR,
     InputFailure,
     LMSpecType,
     config_trainer_options,
@@ -69,7 +70,7 @@ def fnlm_train(
 @click.option(
     "--model",
     "model_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=MODEL_DIR,
     required=True,
     help="An FNLM checkpoint folder (rescorer fnlm-train).",
 )

@@ -194,7 +194,7 @@ def ngram_build(
 )
 @click.option(
     "--data-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=MODEL_DIR,
     default=None,
     help="Where corpus paths in the config are relative to (default: $RESCORER_DATA or "
     "../shared/data).",
@@ -402,7 +402,7 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
 
 
 @click.command(name="export")
-@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("checkpoint", type=MODEL_DIR)
 @click.argument("out_path", type=OUT_FILE, metavar="OUT.onnx")
 @click.option(
     "--kind",

@@ -238,9 +238,23 @@ class InputPath(click.ParamType):
             raise InputFailure(str(err)) from None
 
 
+class InputFolder(click.ParamType):
+    """An input folder the command reads (a checkpoint, a shard folder, a data folder): anything
+    else is one line naming the path and exit status 2, not a usage block."""
+
+    name = "DIR"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(value)
+        if path.is_dir():
+            return path
+        found = "a file" if path.exists() else "nothing"
+        raise InputFailure(f"{path}: expected an existing folder, found {found} there")
+
+
 EXISTING = InputPath(folder_ok=True)
 EXISTING_FILE = InputPath()
-MODEL_DIR = click.Path(exists=True, file_okay=False, path_type=Path)
+MODEL_DIR = InputFolder()
 
 
 class OutputPath(click.ParamType):
@@ -425,7 +439,7 @@ def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         fn = click.option(
             "--train-shards",
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            type=MODEL_DIR,
             default=None,
             help="Train on this shard folder (`rescorer corpus shard`), streamed one shard at a "
             "time (under torchrun each process its own shards), instead of the config's "
@@ -437,7 +451,7 @@ def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
         )(fn)
         fn = click.option(
             "--data-dir",
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            type=MODEL_DIR,
             default=None,
             help="Where the config's relative paths start (default: $RESCORER_DATA or "
             "../shared/data).",

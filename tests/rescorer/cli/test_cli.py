@@ -930,3 +930,23 @@ def test_light_commands_import_no_heavy_package() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fnlm-eval", "--model", "{missing}", "--text", "{file}"],
+        ["fnlm-train", "{file}", "--train-shards", "{file}", "--out", "{out}"],
+        ["export", "{missing}", "{out}.onnx"],
+    ],
+)
+def test_a_folder_argument_that_is_not_a_folder_is_one_line(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Checkpoint and shard folders: a missing path or a file is an input error naming the
+    path, not a usage block."""
+    (tmp_path / "f.json").write_text("{}\n", encoding="utf-8")
+    names = {"missing": tmp_path / "nowhere", "file": tmp_path / "f.json", "out": tmp_path / "o"}
+    result = run([a.format(**names) for a in args])
+    found = "a file" if "--train-shards" in args else "nothing"
+    assert_input_error(result, "expected an existing folder", f"found {found} there")
