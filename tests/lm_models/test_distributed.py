@@ -453,3 +453,39 @@ def test_lstm_streams_its_own_shards_under_torchrun(tmp_path: Path) -> None:
     data = prepare_data(cfg, tmp_path)
     total, tokens = evaluate(model, data.dev, torch.device("cpu"), 120, data.vocab.eos_id)
     _same(meta["dev_ppl"], math.exp(-total / tokens))
+
+
+@pytest.mark.slow
+def test_lbl_reads_its_own_shard_under_torchrun(tmp_path: Path) -> None:
+    """The LBL module entry point under torchrun with --train-shards: 2 shards, each process
+    reads one (12 documents), and the whole corpus is seen once an epoch: the rows counted over
+    the processes are the rows one process reads from the file."""
+    from lm_models.corpus_shards import shard_name, write_shards
+    from lm_models.lbl.train import read_corpus
+    from tests.lm_models.test_streamed_training import lbl_config
+
+    cfg = lbl_config(tmp_path, epochs=2)  # writes docs.jsonl (24 documents) and dev.jsonl
+    (tmp_path / "c.json").write_text(json.dumps(cfg.to_json()))
+    write_shards(tmp_path / "docs.jsonl", tmp_path / "shards", 2)
+    one = _run_family("lbl", cfg, tmp_path, tmp_path / "one")
+    args = ["-m", "lm_models.lbl.train", str(tmp_path / "c.json"), "--out", str(tmp_path / "m")]
+    args += ["--train-shards", str(tmp_path / "shards"), "--quiet", "--data-dir", str(tmp_path)]
+    proc = _torchrun(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((tmp_path / "m" / "training.json").read_text())
+    assert meta["processes"] == 2
+    assert meta["split"]["train_shards"] == str(tmp_path / "shards")
+    # rows (tokens and </s>) of each shard; the processes step together, as many full batches
+    # as the smaller shard holds, and count their rows together
+    rows = [
+        sum(
+            len(s) + 1
+            for d in read_corpus(cfg.data, tmp_path / "shards" / name)
+            for s in d.sentences
+        )
+        for name in (shard_name(0, "jsonl"), shard_name(1, "jsonl"))
+    ]
+    assert sum(rows) == one["epochs"][0][1]  # the shards hold the file's rows
+    steps = min(r // 16 for r in rows)  # batch_size 16, one batch per process per step
+    for epoch in meta["epochs"]:
+        assert (epoch["steps"], epoch["tokens"]) == (steps, 2 * 16 * steps)
