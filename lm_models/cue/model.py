@@ -347,23 +347,29 @@ class ContextEncoder(nn.Module):
 
 
 class ProxyAutoEncoder(nn.Module):
-    """Unigram auto-encoder of section 4.2.1: P~ (B, V) -> code (B, z) -> ln F(P~) (B, V)."""
+    """Unigram auto-encoder of section 4.2.1: P~ (B, V) -> code (B, z) -> ln F(P~) (B, V).
+
+    V x hidden x z x hidden x V with ReLU after every hidden layer, the code included (the
+    paper's 28996x128x16x128x28996 "with ReLU non-linearities"). The proxy (eqs. 7-8) is built
+    from the same code the decoder reconstructs from (:meth:`encode`, after its ReLU).
+    """
 
     def __init__(self, vocab_size: int, hidden: int, dim: int) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
-            nn.Linear(vocab_size, hidden), nn.ReLU(), nn.Linear(hidden, dim)
+            nn.Linear(vocab_size, hidden), nn.ReLU(), nn.Linear(hidden, dim), nn.ReLU()
         )
         self.decoder = nn.Sequential(
             nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, vocab_size)
         )
 
     def encode(self, p: Tensor) -> Tensor:
+        """(B, V) bags of words -> (B, z) codes, >= 0: what the decoder reconstructs from."""
         return self.encoder(p)
 
     def forward(self, p: Tensor) -> Tensor:
         """ln of the reconstructed distribution."""
-        return F.log_softmax(self.decoder(F.relu(self.encode(p))), dim=-1)
+        return F.log_softmax(self.decoder(self.encode(p)), dim=-1)
 
     @staticmethod
     def kl(p: Tensor, log_q: Tensor) -> Tensor:

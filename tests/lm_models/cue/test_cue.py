@@ -169,6 +169,21 @@ def test_proxy_noise_is_renormalised() -> None:
     assert torch.allclose(clean, torch.nn.functional.normalize(model.proxy.encode(p), dim=-1))
 
 
+def test_proxy_is_the_code_the_decoder_reconstructs_from() -> None:
+    """Eqs. 7-8 normalise the auto-encoder's code, the ReLU'd layer its decoder reads (the
+    proxy once took the code before that ReLU)."""
+    torch.manual_seed(3)
+    ae = ProxyAutoEncoder(vocab_size=12, hidden=8, dim=6)
+    p = unigram_distributions(torch.tensor([[3, 4, 5], [6, 7, 7], [8, 9, 10]]), 12)
+    l1, l2 = ae.encoder[0], ae.encoder[2]
+    before_relu = l2(torch.relu(l1(p)))
+    assert (before_relu < 0).any() and (before_relu > 0).any()  # the ReLU matters here
+    code = torch.relu(before_relu)
+    with torch.no_grad():
+        assert torch.allclose(ae.proxy(p, 0.0), torch.nn.functional.normalize(code, dim=-1))
+        assert torch.allclose(ae(p), torch.log_softmax(ae.decoder(code), dim=-1))
+
+
 # -- training -------------------------------------------------------------------------------------
 
 
