@@ -18,8 +18,11 @@ Metadata properties follow :mod:`export.exporter`: ``model_type`` (``cue``), ``f
 ``format_version``, ``export_kind`` (``cue-scorer``), ``vocab_size``, ``sos_id``, ``eos_id``,
 ``unk_id``, ``pad_id``, ``cue_dim``, ``sentence_encoder`` (``transformer``/``lstm``),
 ``embedder`` (the string encoder's spec), ``context_fields`` (JSON list of [field, label]),
-``vocab_file`` (one token per line beside the model), ``log_base`` (``e``). Files are written to
-temporary names in the destination folder and renamed into place. All scores are natural logs.
+``vocab_file`` (one token per line beside the model), ``units`` (``word``, or ``subword``: the
+vocabulary is a tokenizer's pieces, a word's score the sum of its pieces', and the tokenizer is
+written beside as ``<name>.tokenizer.model``, named by ``tokenizer_file``), ``log_base`` (``e``).
+Files are written to temporary names in the destination folder and renamed into place. All
+scores are natural logs.
 """
 
 from __future__ import annotations
@@ -131,12 +134,18 @@ def export_cue(lm: CUELM, out: str | os.PathLike[str], opset: int = OPSET) -> CU
         "embedder": cfg.embedder,
         "context_fields": json.dumps([list(p) for p in cfg.context_fields]),
         "vocab_file": vocab_path.name,
+        "units": "word" if lm.tokenizer is None else "subword",
         "log_base": LOG_BASE,
     }
+    tokenizer_path = out.with_suffix(".tokenizer.model")
+    if lm.tokenizer is not None:
+        meta["tokenizer_file"] = tokenizer_path.name
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_model = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".onnx", dir=out.parent)
     os.close(fd)
     fd, tmp_vocab = tempfile.mkstemp(prefix=f".{vocab_path.name}.", dir=out.parent)
+    os.close(fd)
+    fd, tmp_tokenizer = tempfile.mkstemp(prefix=f".{tokenizer_path.name}.", dir=out.parent)
     os.close(fd)
     try:
         with warnings.catch_warnings():
@@ -150,10 +159,13 @@ def export_cue(lm: CUELM, out: str | os.PathLike[str], opset: int = OPSET) -> CU
         )
         onnx.save(proto, tmp_model)
         Path(tmp_vocab).write_text("".join(t + "\n" for t in lm.vocab.tokens), encoding="utf-8")
+        if lm.tokenizer is not None:
+            Path(tmp_tokenizer).write_bytes(lm.tokenizer.model_proto)
+            os.replace(tmp_tokenizer, tokenizer_path)
         os.replace(tmp_vocab, vocab_path)
         os.replace(tmp_model, out)
     finally:
-        for tmp in (tmp_model, tmp_vocab):
+        for tmp in (tmp_model, tmp_vocab, tmp_tokenizer):
             if os.path.exists(tmp):
                 os.unlink(tmp)
     logger.info("exported CUE model to %s", out)

@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
 from lm_models.output import FullSoftmax
+from lm_models.tokenizer import TOKENIZER_FILE, SubwordTokenizer
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 from rescorer.core.json_input import json_fields
 
@@ -539,15 +540,30 @@ class CUELM:
     """A CUE model with its vocabulary, its string encoder and a cache of string vectors.
 
     The string encoder (``config.embedder``) is built on first use, or given (tests).
+    With a ``tokenizer`` (:class:`lm_models.tokenizer.SubwordTokenizer`, saved in the checkpoint
+    as ``tokenizer.model``) the units are its pieces: a word's log-probability is the sum of its
+    pieces' (each given the pieces before it), so no word is out of vocabulary.
     """
 
-    def __init__(self, model: CUEModel, vocab: Vocabulary, embedder: Any = None) -> None:
+    def __init__(
+        self,
+        model: CUEModel,
+        vocab: Vocabulary,
+        embedder: Any = None,
+        tokenizer: SubwordTokenizer | None = None,
+    ) -> None:
         if len(vocab) != model.config.vocab_size:
             raise ValueError(
                 f"vocabulary has {len(vocab)} words, config says {model.config.vocab_size}"
             )
+        if tokenizer is not None and tuple(tokenizer.pieces) != tuple(vocab.tokens):
+            raise ValueError(
+                f"the tokenizer's {len(tokenizer)} pieces are not the vocabulary's "
+                f"{len(vocab)} units (id for id)"
+            )
         self.model = model
         self.vocab = vocab
+        self.tokenizer = tokenizer
         self._embedder = embedder
         self._cache: Any = None
 
@@ -576,7 +592,16 @@ class CUELM:
         return self._cache
 
     def encode_words(self, words: Sequence[str]) -> list[int]:
-        return self.vocab.encode(words)
+        """Unit ids of a sentence's words (pieces, word after word, with a tokenizer)."""
+        if self.tokenizer is None:
+            return self.vocab.encode(words)
+        return [i for w in words for i in self.tokenizer.word_ids(w)]
+
+    def word_lengths(self, words: Sequence[str]) -> list[int]:
+        """Units per word (all 1 without a tokenizer)."""
+        if self.tokenizer is None:
+            return [1] * len(words)
+        return [len(self.tokenizer.word_ids(w)) for w in words]
 
     def context_strings(self, record: Mapping[str, Any] | None) -> list[str]:
         return render_context(record, self.config.context_fields)
@@ -612,7 +637,8 @@ class CUELM:
         cue: np.ndarray | None = None,
         batch_size: int = 64,
     ) -> list[np.ndarray]:
-        """ln P of each word and of ``</s>`` per sentence (unknown words scored as <unk>).
+        """ln P of each word and of ``</s>`` per sentence (unknown words scored as <unk>; with
+        a tokenizer, a word's pieces summed).
 
         The CUE vectors are ``cue`` (N, dim) when given (precomputed), else computed from
         ``contexts`` (None: every context missing).
@@ -635,21 +661,32 @@ class CUELM:
             for row, i in enumerate(chunk):
                 out[i] = lp[row, : len(ids[i]) + 1]
         model.train(was_training)
+        if self.tokenizer is not None:  # the pieces of each word summed; </s> its own
+            for i, words in enumerate(sentences):
+                starts = np.cumsum([0, *self.word_lengths(words)])[:-1]
+                word_lp = np.add.reduceat(out[i][:-1], starts) if len(words) else np.zeros(0)
+                out[i] = np.append(word_lp, out[i][-1])
         return out
 
     def save(self, path: str | Path, training_meta: Mapping[str, Any] | None = None) -> Path:
-        """A checkpoint folder (lm_models.checkpoint), model type ``cue``."""
-
-        return save_checkpoint(path, self.model, self.vocab.tokens, training_meta)
+        """A checkpoint folder (lm_models.checkpoint), model type ``cue`` (with
+        ``tokenizer.model`` for a subword model)."""
+        extra = {} if self.tokenizer is None else {TOKENIZER_FILE: self.tokenizer.model_proto}
+        return save_checkpoint(path, self.model, self.vocab.tokens, training_meta, extra)
 
 
 def load_cue(path: str | Path, device: str | torch.device = "cpu", embedder: Any = None) -> CUELM:
-    """Read a ``cue`` checkpoint folder (strict: every tensor must match the config)."""
+    """Read a ``cue`` checkpoint folder (strict: every tensor must match the config; its
+    tokenizer too, when it has one)."""
 
     model, tokens, _ = load_checkpoint(path, device=device)
     if not isinstance(model, CUEModel):
         raise ValueError(f"{path}: a {type(model).__name__} checkpoint, expected a CUE model")
-    return CUELM(model, Vocabulary(tokens), embedder)
+    tokenizer = SubwordTokenizer.load(path) if SubwordTokenizer.present(path) else None
+    try:
+        return CUELM(model, Vocabulary(tokens), embedder, tokenizer)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def load_sentence_lm(

@@ -8,7 +8,9 @@ list share their utterance's record), so rescoring runs only the sentence encode
 A record without any declared field (or no record) gets the model's empty-context vector.
 
 Words are case-mapped into the vocabulary as for KenLM (``case``); words outside it are flagged
-OOV and scored as ``<unk>`` (its whole probability: the vocabulary is closed). Natural logs.
+OOV and scored as ``<unk>`` (its whole probability: the vocabulary is closed). A subword
+checkpoint (``tokenizer.model`` beside the weights) cuts every word into its pieces and scores it
+as the sum of theirs: no word is OOV. Natural logs.
 Streaming (:meth:`CUELanguageModel.advance`) re-runs the prefix (no key-value cache): fine for
 prediction of short texts, not meant for long ones.
 """
@@ -29,7 +31,7 @@ from lm_models.vocab import BOS_ID, EOS, EOS_ID
 from rescorer.core.device import resolve_device
 from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
 from rescorer.lms.contract import Context
-from rescorer.lms.word_vocab import CaseMapping
+from rescorer.lms.word_vocab import CaseMapping, SubwordVocab
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ class CUEState:
 
     # (dim,) float32 e_cue of the context record.
     cue: np.ndarray
-    # Vocabulary ids of the words scored so far (no <s>).
+    # Unit ids (words, or pieces of a subword model) scored so far (no <s>).
     ids: tuple[int, ...]
 
 
@@ -56,13 +58,16 @@ class CUELanguageModel(WordLM):
         embedder: Any = None,
         batch_size: int = 64,
     ) -> None:
-        words = CaseMapping(case, self._known)
         path = checkpoint_folder(path, "CUE")
         self._batch_size = positive("batch_size", batch_size)
         self.lm = load_cue(path, resolve_device(device), embedder)
         self.name = name or path.name
         self.path = path
-        self.words = words
+        tokenizer = self.lm.tokenizer
+        self.words: CaseMapping = (
+            CaseMapping(case, self._known) if tokenizer is None else SubwordVocab(tokenizer, case)
+        )
+        self.units = "word" if tokenizer is None else "subword"
         self._cue_cache: dict[tuple, np.ndarray] = {}
         self.fields = tuple(f for f, _ in self.lm.config.context_fields)
 
@@ -107,7 +112,8 @@ class CUELanguageModel(WordLM):
         return CUEState(self.cue_vectors([context])[0], ())
 
     def vocabulary(self) -> list[str]:
-        """The model's units, id order (``next_logprobs(state)[i]`` is the i-th one's)."""
+        """The model's units, id order (``next_logprobs(state)[i]`` is the i-th one's): words,
+        or the pieces of a subword model."""
         return self.lm.vocab.tokens
 
     @torch.no_grad()
@@ -126,11 +132,16 @@ class CUELanguageModel(WordLM):
         if check_advance(states, tokens):
             return np.zeros(0), []
         fn = self.words.current()
-        ids = [EOS_ID if t == EOS else self.lm.vocab.token_id(fn(t)) for t in tokens]
-        if any(i == BOS_ID for i in ids):
+        units = [(EOS_ID,) if t == EOS else tuple(self.lm.encode_words([fn(t)])) for t in tokens]
+        if any(BOS_ID in u for u in units):
             raise ValueError("<s> is never predicted; start a sentence with start()")
-        scores = np.array([self.next_logprobs(s)[i] for s, i in zip(states, ids, strict=True)])
-        return scores, [CUEState(s.cue, (*s.ids, i)) for s, i in zip(states, ids, strict=True)]
+        scores, out = np.zeros(len(tokens)), []
+        for k, (state, ids) in enumerate(zip(states, units, strict=True)):
+            for i in ids:  # a word's pieces, each given the ones before it
+                scores[k] += self.next_logprobs(state)[i]
+                state = CUEState(state.cue, (*state.ids, i))
+            out.append(state)
+        return scores, out
 
     def describe(self) -> dict[str, Any]:
         cfg = self.lm.config
@@ -138,6 +149,7 @@ class CUELanguageModel(WordLM):
             "sentence": cfg.sentence.kind,
             "fields": list(self.fields),
             "embedder": cfg.embedder,
+            "units": self.units,
             "case": self.case,
         }
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner, Result
 
 from export.cue_graph import check_cue_parity, export_cue
@@ -187,3 +189,95 @@ def test_next_word_prediction_api(model_dir: Path) -> None:
     got = nw.next_logprobs(nw.start(records[0]))
     voc = lm.vocabulary()
     np.testing.assert_allclose(got, dist[[voc.index("cat"), voc.index("dog"), 0]])
+
+
+# -- subword units ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def subword_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from lm_models.cue.encoders import HashEmbedder
+    from lm_models.cue.model import CUELM, CUEModel
+    from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+    from lm_models.vocab import Vocabulary
+    from tests.lm_models.cue.test_cue import CTX_DIM, tiny_config
+    from tests.lm_models.test_tokenizer import sentences
+
+    tok = SubwordTokenizer.train(sentences(), TokenizerOptions(vocab_size=320))
+    sentence = replace(tiny_config().sentence, vocab_size=len(tok))
+    torch.manual_seed(2)
+    model = CUEModel(tiny_config(vocab_size=len(tok), sentence=sentence))
+    path = tmp_path_factory.mktemp("cue_sw") / "model"
+    CUELM(model, Vocabulary(tok.pieces), HashEmbedder(CTX_DIM), tok).save(path)
+    return path
+
+
+def test_subword_cue_scores_a_word_as_its_pieces(subword_dir: Path) -> None:
+    """Each word's value is the sum of its pieces' (the model run on the piece sequence), </s>
+    its own; no word is OOV; streaming word by word gives the same values."""
+    from lm_models.cue.model import CUELM, load_cue
+    from tests.lm_models.test_tokenizer import sentences
+
+    lm = CUELanguageModel(subword_dir, case="none")
+    assert lm.describe()["units"] == "subword" and lm.lm.tokenizer is not None
+    sents = [s[:5] for s in sentences(4, seed=9)]
+    sents[1] = [*sents[1], "qxzj"]  # characters the tokenizer spells as bytes
+    records = [{"genre": "news"}, None, {"genre": "fiction", "prev": "ka lo"}, {}]
+    got = lm.token_logprobs(sents, records)
+    assert [len(g) for g in got] == [len(s) + 1 for s in sents]
+    assert not any(flags.any() for flags in lm.oov_flags(sents))
+    pieces_lm = CUELM(lm.lm.model, lm.lm.vocab, lm.lm._embedder)  # the same net over pieces
+    tok = lm.lm.tokenizer
+    cut = [[p for w in s for p in tok.word_pieces(w)] for s in sents]
+    per_piece = pieces_lm.token_logprobs(cut, cue=lm.cue_vectors(records))
+    multi = 0
+    for s, pp, g in zip(sents, per_piece, got, strict=True):
+        k = 0
+        for w, value in zip(s, g[:-1], strict=True):
+            n = len(tok.word_pieces(w))
+            multi += n > 1
+            assert value == pytest.approx(pp[k : k + n].sum(), abs=1e-9)
+            k += n
+        assert g[-1] == pytest.approx(pp[-1]) and k == len(pp) - 1
+    assert multi >= 3  # words of several pieces were checked
+    for sent, rec, expected in zip(sents, records, got, strict=True):
+        state, stream = lm.start(rec), []
+        for t in [*sent, "</s>"]:
+            lp, (state,) = lm.advance([state], [t])
+            stream.append(lp[0])
+        np.testing.assert_allclose(stream, expected, atol=1e-5)
+    assert load_cue(subword_dir).tokenizer is not None  # kept in the checkpoint
+
+
+def test_subword_cue_refuses_a_tokenizer_of_other_pieces(subword_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from lm_models.cue.model import load_cue
+
+    bad = tmp_path / "bad"
+    shutil.copytree(subword_dir, bad)
+    tokens = (bad / "vocab.txt").read_text().splitlines()
+    tokens[10], tokens[11] = tokens[11], tokens[10]
+    (bad / "vocab.txt").write_text("\n".join(tokens) + "\n")
+    with pytest.raises(ValueError, match=r"bad: the tokenizer's \d+ pieces are not the vocabulary"):
+        load_cue(bad)
+
+
+def test_subword_cue_export_carries_its_tokenizer(subword_dir: Path, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    from lm_models.cue.model import load_cue
+    from lm_models.tokenizer import SubwordTokenizer
+
+    lm = load_cue(subword_dir)
+    result = export_cue(lm, tmp_path / "sw.onnx")
+    meta = ort.InferenceSession(str(result.model_path)).get_modelmeta().custom_metadata_map
+    assert meta["units"] == "subword" and meta["tokenizer_file"] == "sw.tokenizer.model"
+    written = SubwordTokenizer((tmp_path / "sw.tokenizer.model").read_bytes())
+    assert written.pieces == tuple(result.vocab_path.read_text().splitlines())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "sw.onnx", "sw.tokenizer.model", "sw.vocab.txt"]  # fmt: skip
+    assert check_cue_parity(lm, result.model_path).ok
+    word = export_cue(tiny_lm(seed=2), tmp_path / "w" / "w.onnx")
+    assert word.metadata["units"] == "word" and "tokenizer_file" not in word.metadata
+    assert not (tmp_path / "w" / "w.tokenizer.model").exists()
