@@ -7,6 +7,22 @@ MiniLM vector per distinct context string, cached), ``pretrain`` (transformer an
 encoders, proxy auto-encoder) and ``experiments`` (the CUE runs of Tables 3-6 and Figure 4).
 Each stage and each run skips work whose output exists (delete the file to redo it); every
 result is a small JSON file under EXP/runs/, written to a temporary name and renamed.
+
+Settings of the conf file that shape the experiments (issue 17's review of the first version):
+
+- ``data.units``: ``"word"`` (the most frequent ``vocab_size`` words, the rest <unk>) or
+  ``"subword"`` (a sentencepiece tokenizer of ``data.tokenizer`` trained on the training
+  sentences: no word is out of vocabulary, so a repeated rare word or name can be predicted
+  from the previous sentence). Perplexities are always per word (a word's pieces summed), so
+  both kinds compare; the per-unit value is kept beside (``*_ppl_units``).
+- ``data.adapt_sentences``: the adaptation stages (Table 5, Figure 4) train on a sample of
+  training sentences disjoint from the CUE training sample (0: reuse the CUE sample, as the
+  first version did).
+- ``warm_start``: start each new decoder as a copy of the sentence LM's softmax (the first
+  version did; false is the paper's set-up). With false, ``warm_start_rows`` trains the Table 3
+  control and full rows warm too, as an ablation.
+- ``partitions``: ``{"count": K, "seed": S}``: Table 5 again over K random partitions of the
+  context types into A and B (the paper: five), besides the fixed A = metadata, B = previous.
 """
 
 from __future__ import annotations
@@ -15,6 +31,7 @@ import argparse
 import copy
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -42,6 +59,7 @@ from lm_models.cue.train import (
     train_sentence_lm,
     warm_start_decoder,
 )
+from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.vocab import Vocabulary
 
 logger = logging.getLogger("cue_brown")
@@ -93,13 +111,25 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
                     }
                 )
                 prev = sent
-    counts = Counter(w for r in rows["train"] for w in r["words"])
-    vocab = Vocabulary.from_counts(counts, max_size=dc["vocab_size"])
+    train_words = [r["words"] for r in rows["train"]]
+    tokenizer = None
+    if dc.get("units", "word") == "subword":
+        tokenizer = SubwordTokenizer.train(train_words, TokenizerOptions(**dc["tokenizer"]))
+        (exp / "data").mkdir(parents=True, exist_ok=True)
+        tokenizer.save(exp / "data")
+        vocab = tokenizer.vocabulary(train_words)
+    else:
+        vocab = Vocabulary.from_counts(Counter(w for s in train_words for w in s), dc["vocab_size"])
     vocab.save(exp / "data" / "vocab.txt")
     rng = random.Random(dc["sample_seed"])
+    n_train = len(rows["train"])
+    order = rng.sample(range(n_train), n_train)  # the CUE sample first, then the adaptation one
+    n_cue = min(dc["cue_train_sentences"], n_train)
+    n_adapt = min(dc.get("adapt_sentences", 0), n_train - n_cue)
     samples = {
         "train_all": rows["train"],
-        "train": rng.sample(rows["train"], min(dc["cue_train_sentences"], len(rows["train"]))),
+        "train": [rows["train"][i] for i in order[:n_cue]],
+        "adapt": [rows["train"][i] for i in order[n_cue : n_cue + n_adapt]],
         "dev": rng.sample(rows["dev"], min(dc["dev_sentences"], len(rows["dev"]))),
         "test": rng.sample(rows["test"], min(dc["test_sentences"], len(rows["test"]))),
     }
@@ -107,14 +137,19 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
     for name, part in samples.items():
         write_json(exp / "data" / f"{name}.json", part)
         words = [w for r in part for w in r["words"]]
+        units = [u for w in words for u in (tokenizer.word_pieces(w) if tokenizer else (w,))]
         stats[name] = {
             "sentences": len(part),
             "words": len(words),
             "tokens": len(words) + len(part),
-            "oov_rate": sum(w not in vocab for w in words) / max(len(words), 1),
+            "units": len(units) + len(part),
+            "oov_rate": 0.0
+            if tokenizer
+            else sum(w not in vocab for w in words) / max(len(words), 1),
         }
     stats["documents"] = {n: len(p) for n, p in zip(("train", "dev", "test"), splits, strict=True)}
     stats["vocab_size"] = len(vocab)
+    stats["units"] = "subword" if tokenizer else "word"
     write_json(exp / "data" / "stats.json", stats)
     logger.info("data: %s", stats)
 
@@ -170,15 +205,22 @@ class Setup:
         self.conf = conf
         self.exp = exp
         self.vocab = Vocabulary.load(exp / "data" / "vocab.txt")
+        self.tokenizer = load_tokenizer(exp)
         # The CUE runs evaluate on the first (random) dev and test sentences of the samples.
         limits = {
             "dev": conf["data"].get("eval_dev_sentences"),
             "test": conf["data"].get("eval_test_sentences"),
         }
-        self.rows = {n: load_rows(exp, n)[: limits.get(n)] for n in ("train", "dev", "test")}
+        splits = ("train", "adapt", "dev", "test")
+        self.rows = {n: load_rows(exp, n)[: limits.get(n)] for n in splits}
+        if not self.rows["adapt"]:  # adapt_sentences 0: the CUE training sample
+            self.rows["adapt"] = self.rows["train"]
+        # Words + one </s> per sentence: the denominator of a per-word perplexity.
+        self.words = {n: sum(len(r["words"]) + 1 for r in rows) for n, rows in self.rows.items()}
         self.caches: dict[str, VectorCache] = {}
         self._data: dict[tuple, CUEData] = {}
         self.embedder = embedder_spec
+        self.warm_start = bool(conf.get("warm_start", True))
 
     def cache(self, spec: str) -> VectorCache:
         if spec not in self.caches:
@@ -192,7 +234,7 @@ class Setup:
             rows = self.rows[split]
             self._data[key] = make_data(
                 self.vocab,
-                [r["words"] for r in rows],
+                [units(self.tokenizer, r["words"]) for r in rows],
                 [r["fields"] for r in rows],
                 field_pairs(self.conf, set_name),
                 self.cache(spec),
@@ -201,7 +243,53 @@ class Setup:
         return CUEData(data.sentences, data.contexts, self.cache(spec).table())
 
     def options(self, section: str, **overrides: Any) -> CUETrainOptions:
-        return CUETrainOptions(**{**self.conf[section], "seed": self.conf["seed"], **overrides})
+        return stage_options(self.conf, section, **overrides)
+
+    def per_word(self, ppl: float, split: str, data: CUEData) -> float:
+        """A per-unit perplexity of ``split`` (``data``) as a per-word one: the same total
+        log-likelihood over the words (and </s>) instead of the units."""
+        return per_word(ppl, data.tokens, self.words[split])
+
+
+def stage_options(conf: dict, section: str, **overrides: Any) -> CUETrainOptions:
+    """The options of one training stage: the conf's section, its seed and its ``device``
+    (default cpu; the environment's CUE_DEVICE wins, e.g. cuda on a lent GPU)."""
+    device = os.environ.get("CUE_DEVICE") or conf.get("device", "cpu")
+    return CUETrainOptions(**{**conf[section], "seed": conf["seed"], "device": device, **overrides})
+
+
+def load_tokenizer(exp: Path) -> SubwordTokenizer | None:
+    folder = exp / "data"
+    return SubwordTokenizer.load(folder) if SubwordTokenizer.present(folder) else None
+
+
+def units(tokenizer: SubwordTokenizer | None, words: list[str]) -> list[str]:
+    """The model's units of a sentence: its words, or their pieces."""
+    return words if tokenizer is None else tokenizer.encode(words)
+
+
+def per_word(ppl: float, units: int, words: int) -> float:
+    """exp(total nll / words) from exp(total nll / units)."""
+    return math.exp(math.log(ppl) * units / words)
+
+
+def partition_sets(conf: dict) -> dict[str, list[str]]:
+    """Random partitions of the context types into A and B (both non-empty), as the sets
+    ``pK_A`` / ``pK_B`` (and ``both`` = A + B for every K); the same conf gives the same."""
+    spec = conf.get("partitions") or {"count": 0, "seed": 0}
+    types = list(conf["sets"]["both"])
+    rng = random.Random(spec["seed"])
+    out: dict[str, list[str]] = {}
+    seen: set[frozenset[str]] = set()
+    while len(seen) < min(spec["count"], 2 ** len(types) - 2):
+        a = frozenset(t for t in types if rng.random() < 0.5)
+        if not a or len(a) == len(types) or a in seen:
+            continue
+        seen.add(a)
+        k = len(seen) - 1
+        out[f"p{k}_A"] = [t for t in types if t in a]
+        out[f"p{k}_B"] = [t for t in types if t not in a]
+    return out
 
 
 def sentence_config(conf: dict, vocab: Vocabulary, kind: str) -> SentenceLMConfig:
@@ -213,21 +301,25 @@ def sentence_config(conf: dict, vocab: Vocabulary, kind: str) -> SentenceLMConfi
 
 def pretrain(conf: dict, exp: Path) -> None:
     vocab = Vocabulary.load(exp / "data" / "vocab.txt")
+    tokenizer = load_tokenizer(exp)
     rows = load_rows(exp, "train_all")
     dev_rows = load_rows(exp, "dev")
     test_rows = load_rows(exp, "test")
+    test_words = sum(len(r["words"]) + 1 for r in test_rows)
 
     def plain(rs: list[dict]) -> CUEData:
         import numpy as np
 
         return CUEData(
-            tuple(np.asarray(vocab.encode(r["words"]), dtype=np.int64) for r in rs),
+            tuple(
+                np.asarray(vocab.encode(units(tokenizer, r["words"])), dtype=np.int64) for r in rs
+            ),
             tuple(() for _ in rs),
             np.zeros((0, 1), dtype=np.float32),
         )
 
     train, dev, test = plain(rows), plain(dev_rows), plain(test_rows)
-    opts = CUETrainOptions(**{**conf["train_sentence"], "seed": conf["seed"]})
+    opts = stage_options(conf, "train_sentence")
     for kind in ("transformer", "lstm"):
         out = exp / "runs" / f"sentence_{kind}"
         if (out / "result.json").exists():
@@ -241,11 +333,13 @@ def pretrain(conf: dict, exp: Path) -> None:
         from lm_models.checkpoint import save_checkpoint
 
         save_checkpoint(out / "model", model, vocab.tokens, {"stage": "sentence", "kind": kind})
+        test_units = sentence_lm_perplexity(model, test)
         write_json(
             out / "result.json",
             {
-                "dev_ppl": result.best_dev,
-                "test_ppl": sentence_lm_perplexity(model, test),
+                "dev_ppl_units": result.best_dev,
+                "test_ppl": per_word(test_units, test.tokens, test_words),
+                "test_ppl_units": test_units,
                 "initial_dev_ppl": result.initial_dev,
                 "epochs": [e.__dict__ for e in result.epochs],
                 "parameters": model.num_parameters(),
@@ -256,7 +350,7 @@ def pretrain(conf: dict, exp: Path) -> None:
     out = exp / "runs" / "proxy_ae"
     if not (out / "result.json").exists():
         model = new_cue_model(conf, vocab, "transformer", exp, "both", "minilm")
-        popts = CUETrainOptions(**{**conf["train_proxy"], "seed": conf["seed"]})
+        popts = stage_options(conf, "train_proxy")
         result = train_proxy_autoencoder(model, train, dev, popts)
         assert model.proxy is not None
         from safetensors.torch import save_file
@@ -347,12 +441,13 @@ class Runner:
         spec: str | None = None,
     ) -> dict:
         spec = spec or model.config.embedder
-        dev = self.s.data("dev", set_name, spec)
-        test = self.s.data("test", set_name, spec)
-        return {
-            "dev_ppl": cue_perplexity(model, dev, source, sigma, seed=1),
-            "test_ppl": cue_perplexity(model, test, source, sigma, seed=1),
-        }
+        out = {}
+        for split in ("dev", "test"):
+            data = self.s.data(split, set_name, spec)
+            ppl = cue_perplexity(model, data, source, sigma, seed=1)
+            out[f"{split}_ppl"] = self.s.per_word(ppl, split, data)
+            out[f"{split}_ppl_units"] = ppl
+        return out
 
     def load(self, name: str) -> CUEModel:
         if name not in self.models:
@@ -372,7 +467,8 @@ class Runner:
         info["seconds"] = time.perf_counter() - t0
         info["parameters"] = model.num_parameters()
         if keep:
-            CUELM(model, self.s.vocab).save(out / "model", {"run": name, **info})
+            lm = CUELM(model, self.s.vocab, tokenizer=self.s.tokenizer)
+            lm.save(out / "model", {"run": name, **info})
             self.models[name] = model
         write_json(out / "result.json", info)
         logger.info("run %s: %s", name, {k: v for k, v in info.items() if "ppl" in k})
@@ -408,17 +504,20 @@ class Runner:
         embedder: str | None = None,
         keep: bool = False,
         seed: int | None = None,
+        warm: bool | None = None,
         **overrides: Any,
     ) -> dict:
         """Train a new decoder and context encoder jointly; ``seed`` (default: the recipe's)
-        sets their initialisation and the order of the training batches."""
+        sets their initialisation and the order of the training batches; ``warm`` (default:
+        the conf's ``warm_start``) starts the decoder from the sentence LM's softmax."""
         spec = embedder or self.s.embedder
+        warm = self.s.warm_start if warm is None else warm
 
         def fn() -> tuple[CUEModel, dict]:
             model = new_cue_model(
                 self.s.conf, self.s.vocab, kind, self.s.exp, set_name, spec, seed, **overrides
             )
-            if model.config.sentence_inputs:
+            if model.config.sentence_inputs and warm:
                 warm_start_decoder(model)
             result = self.train(model, set_name, "joint", seed, spec)
             return model, {**self.evaluate(model, set_name), **_stage(result)}
@@ -439,7 +538,7 @@ class Runner:
             before = self.evaluate(model, set_name)
             result = train_cue(
                 model,
-                self.s.data("train", set_name),
+                self.s.data("adapt", set_name),
                 self.s.data("dev", set_name),
                 mode,
                 self.s.options("train_adapt"),
@@ -475,6 +574,9 @@ def experiments(conf: dict, exp: Path) -> None:
     r.joint("t4_concat", "both", decoder="concat")
     r.joint("t4_hash_encoder", "both", embedder="hash:384")
     r.joint("t4_no_sentence_inputs", "both", sentence_inputs=False)
+    if not setup.warm_start and conf.get("warm_start_rows"):  # the first version's start
+        for set_name in ("none", "both"):
+            r.joint(f"t3_{set_name}_warm", set_name, warm=True)
     # More seeds for the Table 3-6 rows whose differences are a few percent.
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "meta", "prev", "both"):
@@ -515,6 +617,21 @@ def experiments(conf: dict, exp: Path) -> None:
     assert best_sigma is not None
     write_json(exp / "runs" / "best_sigma.json", {"sigma": best_sigma, "dev_ppl": best_dev})
     r.adapt(f"t5_proxy_s{best_sigma:g}_to_prev", f"f4_proxy_s{best_sigma:g}", "prev")
+    # Table 5 over random partitions of the context types into A and B (the paper: five).
+    proxy_name = f"f4_proxy_s{best_sigma:g}"
+    for k in range(len(partition_sets(conf)) // 2):
+        a, b = f"p{k}_A", f"p{k}_B"
+        r.joint(f"t5p{k}_joint_A", a, keep=True)
+        r.joint(f"t5p{k}_joint_B", b)
+        for target, label in ((b, "B"), ("both", "AB")):
+            r.run(
+                f"t5p{k}_noadapt_A_to_{label}",
+                lambda t=target, k=k: _eval_only(
+                    r, with_fields(r.load(f"t5p{k}_joint_A"), conf, t), t
+                ),
+            )
+            r.adapt(f"t5p{k}_adapt_A_to_{label}", f"t5p{k}_joint_A", target)
+            r.adapt(f"t5p{k}_proxy_to_{label}", proxy_name, target)
     # Table 6: LSTM sentence encoder; context encoders swapped and frozen.
     r.joint("t6_lstm_joint", "both", kind="lstm", keep=True)
     r.run("t6_transformer_frozen_ce_from_lstm", lambda: _swap(r, "t3_both", "t6_lstm_joint"))
@@ -532,7 +649,8 @@ def _proxy(r: Runner, sigma: float, seed: int | None = None) -> tuple[CUEModel, 
     and 8); ``seed`` as in :meth:`Runner.joint`."""
     conf, s = r.s.conf, r.s
     model = new_cue_model(conf, s.vocab, "transformer", s.exp, "both", conf["embedder"], seed)
-    warm_start_decoder(model)
+    if s.warm_start:
+        warm_start_decoder(model)
     result = r.train(model, "both", "proxy", seed, sigma=sigma)
     info = {f"proxy_{k}": v for k, v in r.evaluate(model, "both", "proxy", sigma).items()}
     info["sigma"] = sigma
@@ -541,10 +659,12 @@ def _proxy(r: Runner, sigma: float, seed: int | None = None) -> tuple[CUEModel, 
 
 def _sentence_only(r: Runner, kind: str) -> tuple[CUEModel, dict]:
     model = new_cue_model(r.s.conf, r.s.vocab, kind, r.s.exp, "none", r.s.embedder)
-    return model, {
-        split + "_ppl": sentence_lm_perplexity(model.sentence, r.s.data(split, "none"))
-        for split in ("dev", "test")
-    }
+    out = {}
+    for split in ("dev", "test"):
+        data = r.s.data(split, "none")
+        ppl = sentence_lm_perplexity(model.sentence, data)
+        out[f"{split}_ppl"], out[f"{split}_ppl_units"] = r.s.per_word(ppl, split, data), ppl
+    return model, out
 
 
 def _eval_only(r: Runner, model: CUEModel, set_name: str) -> tuple[CUEModel, dict]:
@@ -560,7 +680,8 @@ def _swap(
     kind = r.load(sentence_from).config.sentence.kind
     model = new_cue_model(conf, s.vocab, kind, s.exp, "both", conf["embedder"], seed)
     model.context.load_state_dict(r.load(context_from).context.state_dict(), strict=True)
-    warm_start_decoder(model)
+    if s.warm_start:
+        warm_start_decoder(model)
     result = r.train(model, "both", "decoder", seed)
     return model, {**r.evaluate(model, "both"), **_stage(result)}
 
@@ -581,6 +702,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     conf = json.loads(args.conf.read_text(encoding="utf-8"))
+    conf["sets"].update(partition_sets(conf))  # pK_A / pK_B: random partitions of the types
     if args.stage == "prepare":
         prepare(conf, args.exp, args.data_dir)
     elif args.stage == "embed":

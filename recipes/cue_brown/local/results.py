@@ -178,13 +178,29 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"sampled sentences, of which the first {n_dev:,} and {n_test:,} ({test_tokens:,} "
         f"tokens) are used for every table."
     )
-    add(
-        f"- Vocabulary: the {d['vocab_size'] - 3:,} most frequent training words + <unk>, <s>, "
-        f"</s> (closed: test OOV rate {100 * d['test']['oov_rate']:.1f}%, scored as <unk>). "
-        f"Perplexity is per token over every word and one </s> per sentence, natural logs; "
-        f"the paper's figures (NYT, 28,996 word pieces, 6x512 models, 47M words) are beside ours "
-        f"for the shape only."
-    )
+    if d.get("units") == "subword":
+        add(
+            f"- Units: {d['vocab_size']:,} sentencepiece pieces ({conf['data']['tokenizer']}) "
+            f"trained on the training sentences, <unk>, <s>, </s> and byte pieces included: no "
+            f"word is out of vocabulary; {d['test']['units'] / d['test']['tokens']:.2f} units per "
+            f"test word (and </s>). Perplexity is per word: a word's pieces summed, over every "
+            f"word and one </s> per sentence, natural logs; the paper's figures (NYT, 28,996 "
+            f"word pieces, 6x512 models, 47M words) are beside ours for the shape only."
+        )
+    else:
+        add(
+            f"- Vocabulary: the {d['vocab_size'] - 3:,} most frequent training words + <unk>, "
+            f"<s>, </s> (closed: test OOV rate {100 * d['test']['oov_rate']:.1f}%, scored as "
+            f"<unk>). Perplexity is per token over every word and one </s> per sentence, natural "
+            f"logs; the paper's figures (NYT, 28,996 word pieces, 6x512 models, 47M words) are "
+            f"beside ours for the shape only."
+        )
+    if d.get("adapt", {}).get("sentences"):
+        add(
+            f"- Adaptation (Table 5, Figure 4): a separate random sample of "
+            f"{d['adapt']['sentences']:,} training sentences ({d['adapt']['tokens']:,} tokens), "
+            f"disjoint from the CUE training sample."
+        )
     add(
         "- Contexts as English strings: `genre: press reportage`, `source: The Atlanta "
         "Constitution` (the text's line in Brown's CONTENTS), `document: ca01`, "
@@ -196,9 +212,14 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"- Architecture: sentence encoder {conf['sentence']['layers']}x{conf['sentence']['dim']} "
         f"({conf['sentence']['heads']} heads), decoder {cfg['decoder_layers']}x{cfg['dim']}, "
         f"context transformer {cfg['context_layers']}x{cfg['dim']}, proxy auto-encoder "
-        f"V x {cfg['proxy_hidden']} x {cfg['proxy_dim']} x {cfg['proxy_hidden']} x V. The "
-        f"decoder starts as a copy of the sentence LM's softmax (warm start, see README); "
-        f"AdamW, one-cycle schedule, clip 0.95, the best dev epoch kept."
+        f"V x {cfg['proxy_hidden']} x {cfg['proxy_dim']} x {cfg['proxy_hidden']} x V. "
+        + (
+            "The decoder starts as a copy of the sentence LM's softmax (warm start, see README); "
+            if conf.get("warm_start", True)
+            else "Every new decoder starts from random weights, as in the paper (the warm start "
+            "of the first version is an ablation row below); "
+        )
+        + "AdamW, one-cycle schedule, clip 0.95, the best dev epoch kept."
     )
     add("")
 
@@ -225,6 +246,15 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"{paired(name, 't3_none') if name and name != 't3_none' else '–'} | "
             f"{fmt(paper)} | {rel(paper, PAPER_T3[1]) if paper not in (None, 36.6) else '–'} |"
         )
+    warm = [(n, t(f"t3_{n}_warm")) for n in ("none", "both")]
+    if all(v is not None for _, v in warm):
+        for (n, v), label in zip(warm, ("sentence-internal only", "+ previous sentence + metadata"),
+                                 strict=True):  # fmt: skip
+            add(
+                f"| ablation: {label}, decoder warm-started from the sentence LM's softmax | "
+                f"{fmt(v)} | {rel(v, warm[0][1]) if n == 'both' else '–'} (vs its own control) | "
+                "– | – | – | – |"
+            )
     add("")
     add(
         "Relative changes are against the sentence-internal row (the paper's row 1 is the "
@@ -332,6 +362,54 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"{r('t5_adapt_meta_to_prev').get('trained_parameters', 0):,} (context encoder only) "
         f"vs {r('t3_both').get('trained_parameters', 0):,} in joint training.\n"
     )
+
+    # -- Table 5 over random partitions ----------------------------------------------------------
+    parts = sorted({n.split("_")[0] for n in (p.name for p in runs.glob("t5p*_joint_A"))})
+    if parts:
+        add(
+            f"## Table 5 over random partitions of the context types ({len(parts)} partitions, "
+            "the paper's procedure; mean ± half-range over them)\n"
+        )
+        from cue_brown import partition_sets  # the sibling script: the same partitions
+
+        sets = {**conf["sets"], **partition_sets(conf)}
+        for part in parts:
+            k = int(part[len("t5p") :])
+            a = sets[f"p{k}_A"]
+            add(f"- partition {k}: A = {', '.join(a)}; B = "
+                f"{', '.join(x for x in sets['both'] if x not in a)}")  # fmt: skip
+        add("")
+        add("| row | description | train | adapt | test | test PPL | rel. PPL | gain recovered |")
+        add("|---|---|---|---|---|---|---|---|")
+        prow = [
+            (3, "context A always available", "A", "–", "A", "joint_A", None),
+            (4, "no training context", "proxy", "B", "B", "proxy_to_B", "joint_B"),
+            (5, "no adaptation", "A", "–", "B", "noadapt_A_to_B", "joint_B"),
+            (6, "context A replaced by B", "A", "B", "B", "adapt_A_to_B", "joint_B"),
+            (7, "context B always available", "B", "–", "B", "joint_B", "joint_B"),
+            (8, "no training context", "proxy", "A+B", "A+B", "proxy_to_AB", "full"),
+            (9, "no adaptation", "A", "–", "A+B", "noadapt_A_to_AB", "full"),
+            (10, "context B added after training", "A", "A+B", "A+B", "adapt_A_to_AB", "full"),
+        ]
+        for row, label, tr, ad, te, key, best in prow:
+            vals = [t(f"{p}_{key}") for p in parts]
+            rec = [
+                recovered(v, control, full if best == "full" else t(f"{p}_{best}"))
+                for p, v in zip(parts, vals, strict=True)
+            ] if best else []  # fmt: skip
+            done = [v for v in vals if v is not None]
+            mean = sum(done) / len(done) if len(done) == len(vals) else None
+            add(
+                f"| {row} | {label} | {tr} | {ad} | {te} | "
+                f"{mean_range(done) if mean is not None else '–'} | {rel(mean, control)} | "
+                f"{' / '.join(rec) if rec else '–'} |"
+            )
+        add("")
+        add(
+            "Gain recovered per partition: (control - row) / (control - the jointly trained row "
+            "with the same test context: B alone, or A+B = the full model of Table 3). Rows 1, "
+            "2 and 11 are those of the table above.\n"
+        )
 
     # -- Table 6 ---------------------------------------------------------------------------------
     add("## Table 6 layout: swapping the sentence encoder (all contexts)\n")
