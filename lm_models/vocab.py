@@ -323,5 +323,16 @@ def build_vocabulary(
             raise TypeError("sentences must be sequences of words, not strings")
         counts.update(sentence)
         n_sentences += 1
-    counts[EOS] += n_sentences
+    return counted_vocabulary(counts, n_sentences, max_size, min_count)
+
+
+def counted_vocabulary(
+    words: Mapping[str, int], sentences: int, max_size: int | None = None, min_count: int = 1
+) -> Vocabulary:
+    """What :func:`build_vocabulary` builds from ``sentences`` sentences whose words were
+    counted ``words`` (e.g. counts of a corpus's parts added up, never the corpus in memory)."""
+    if sentences < 0:
+        raise ValueError(f"expected a number of sentences >= 0, got {sentences}")
+    counts = Counter(words)
+    counts[EOS] += sentences
     return Vocabulary.from_counts(counts, max_size=max_size, min_count=min_count)

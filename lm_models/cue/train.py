@@ -26,22 +26,35 @@ AdamW with a one-cycle learning-rate schedule and gradient clipping; batches hol
 ``max_tokens`` target tokens of sentences of similar length. After each epoch the dev
 perplexity decides which epoch's weights are kept. All log-likelihoods are natural logs.
 
+Training data larger than memory come as parts read one at a time (:class:`CUEParts`): a shard
+folder of sentence records (:class:`lm_models.cue.shards.CUEShards`). Each epoch reads the
+parts in an order drawn anew and forms the batches within each part (:func:`part_batches`);
+the steps of an epoch are counted beforehand from the parts' sentence lengths
+(:func:`batch_count`), which sets the one-cycle schedule, and the batches carry their part
+(:class:`Part`), which is let go before the next is read. With one part (one shard) a stage
+trains exactly as on the same data in memory.
+
 Data-parallel training (:mod:`lm_models.distributed`): a stage called in every process under
-torchrun (each process passing the same data) trains on the process's share of the training
-sentences (:func:`share_data`), draws its batches and its proxy noise from its own generator,
-takes as many steps as the process with the fewest batches and averages the gradients every
-step through :func:`lm_models.training.fit`; the dev value is computed in shares of the dev
-batches whose sums are added over the processes, so every process keeps the same epoch.
+torchrun trains on the process's share of the training sentences: every N-th sentence when each
+process passes the same :class:`CUEData` (:func:`share_data`), or the process's own shards
+(``r``, ``r + N``, ...) when each passes its :class:`~lm_models.cue.shards.CUEShards`. It draws
+its batches, its parts' order and its proxy noise from its own generators, takes as many steps
+as the process with the fewest batches (counted beforehand: the minimum over the processes) and
+averages the gradients every step through :func:`lm_models.training.fit`; the dev set stays a
+:class:`CUEData` in memory, its value computed in shares of the dev batches whose sums are added
+over the processes, so every process keeps the same epoch.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -149,8 +162,14 @@ def make_data(
     strings = [render_context(r, context_fields) for r in records]
     cache.add(s for ss in strings for s in ss)
     rows = tuple(tuple(cache.index(ss)) for ss in strings)
-    ids = tuple(np.asarray(vocab.encode(s), dtype=np.int64) for s in sentences)
-    return CUEData(ids, rows, cache.table())
+    return CUEData(encode_sentences(vocab, sentences), rows, cache.table())
+
+
+def encode_sentences(
+    vocab: Vocabulary, sentences: Iterable[Sequence[str]]
+) -> tuple[np.ndarray, ...]:
+    """Word ids of each sentence (int64; unknown words as ``<unk>``)."""
+    return tuple(np.asarray(vocab.encode(s), dtype=np.int64) for s in sentences)
 
 
 def share_data(data: CUEData, world: World) -> CUEData:
@@ -183,26 +202,120 @@ class Batch:
     present: Tensor
 
 
+def _batch_sizes(runs: Iterable[tuple[int, int]], max_tokens: int) -> list[int]:
+    """Sizes of the batches of sentences taken shortest first: ``runs`` are ``(width, n)``,
+    ``n`` sentences of ``width`` target tokens each, widths ascending. A sentence joins the
+    current batch while the batch, padded to its width, stays within ``max_tokens`` (a batch
+    holds at least one sentence)."""
+    sizes: list[int] = []
+    n = 0  # sentences in the current batch
+    for width, count in runs:
+        fits = max(1, max_tokens // width)  # sentences of this width a batch holds
+        while count:
+            if n >= fits:
+                sizes.append(n)
+                n = 0
+            take = min(count, fits - n)
+            n += take
+            count -= take
+    if n:
+        sizes.append(n)
+    return sizes
+
+
+def batch_count(lengths: Mapping[int, int], max_tokens: int) -> int:
+    """How many batches :func:`batch_indices` forms of sentences of these lengths (``{words:
+    sentences}``, e.g. one shard's, counted without holding it)."""
+    if any(w < 0 or n < 0 for w, n in lengths.items()):
+        raise ValueError(f"expected lengths and counts >= 0, got {dict(lengths)}")
+    runs = ((words + 1, n) for words, n in sorted(lengths.items()) if n)
+    return len(_batch_sizes(runs, max_tokens))
+
+
 def batch_indices(
     data: CUEData, max_tokens: int, generator: torch.Generator | None = None
 ) -> list[list[int]]:
     """Sentence indices grouped by length into batches of about ``max_tokens`` target tokens;
     shuffled batch order when a generator is given."""
     order = sorted(range(len(data.sentences)), key=lambda i: len(data.sentences[i]))
+    runs = (
+        (width, sum(1 for _ in same))
+        for width, same in itertools.groupby(order, key=lambda i: len(data.sentences[i]) + 1)
+    )
     batches: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        width = len(data.sentences[i]) + 1
-        if cur and width * (len(cur) + 1) > max_tokens:
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
+    lo = 0
+    for size in _batch_sizes(runs, max_tokens):
+        batches.append(order[lo : lo + size])
+        lo += size
     if generator is not None:
         perm = torch.randperm(len(batches), generator=generator).tolist()
         batches = [batches[p] for p in perm]
     return batches
+
+
+class CUEParts(Protocol):
+    """Training data read in parts, one at a time: a process's shards of a sentence-record
+    corpus (:class:`lm_models.cue.shards.CUEShards`)."""
+
+    @property
+    def context_dim(self) -> int | None:
+        """Width of the parts' string vectors (None: the parts have none)."""
+        ...
+
+    def check(self, world: World) -> None:
+        """ValueError unless these are the parts of process ``world.rank`` of ``world.size``."""
+        ...
+
+    def batch_count(self, max_tokens: int) -> int:
+        """The batches of one epoch over every part (:func:`batch_count` of each part's
+        sentence lengths), without reading the parts."""
+        ...
+
+    def parts(self, seed: int, vectors: bool = True) -> Iterator[CUEData]:
+        """Each part in an order drawn with ``seed``, one at a time (nothing of a part is kept
+        once the next is asked for); ``vectors=False``: every context left empty (no string
+        vectors computed or read)."""
+        ...
+
+
+class Part:
+    """The part of the training data a batch comes from (the whole data in memory, or one
+    shard), held by every batch of the part; :func:`part_batches` lets go of it (``data``
+    None) before it reads the next part, so a batch the training loop still holds keeps no
+    part alive."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: CUEData | None) -> None:
+        self.data = data
+
+
+def part_batches(
+    parts: Iterable[CUEData],
+    max_tokens: int,
+    generator: torch.Generator,
+    limit: int | None = None,
+) -> Iterator[tuple[Part, list[int]]]:
+    """``(part, sentence indices)`` batches of each part in turn (:func:`batch_indices` of the
+    part, in an order drawn with ``generator``), at most ``limit`` of them (None: all). A part
+    is let go before the next is read, and the last one when the batches end (no part is read
+    for a batch past the limit)."""
+    n = 0
+    if limit is not None and limit <= 0:
+        return
+    for data in parts:
+        held = Part(data)
+        batches = batch_indices(data, max_tokens, generator)
+        del data
+        for idx in batches:
+            if limit is not None and n >= limit:
+                held.data = None
+                return
+            yield held, idx
+            n += 1
+        held.data = None
+        if limit is not None and n >= limit:
+            return
 
 
 def make_batch(data: CUEData, idx: Sequence[int], device: torch.device) -> Batch:
@@ -337,38 +450,67 @@ def one_cycle(
     )
 
 
+def _own_data(train: CUEData | CUEParts, world: World) -> CUEData | CUEParts:
+    """This process's training data: its share of ``train`` in memory (:func:`share_data`), or
+    its parts as given (checked to be its own)."""
+    if isinstance(train, CUEData):
+        return share_data(train, world)
+    train.check(world)
+    return train
+
+
 def _fit(
     model: nn.Module,
     params: list[nn.Parameter],
-    train: CUEData,
-    loss_of: Callable[[list[int], torch.Generator], tuple[Tensor, int]],
+    train: CUEData | CUEParts,
+    loss_of: Callable[[CUEData, list[int], torch.Generator], tuple[Tensor, int]],
     dev: Callable[[], float],
     opts: CUETrainOptions,
     set_mode: Callable[[], None],
     what: str,
     world: World,
+    vectors: bool = True,
 ) -> StageResult:
-    """The loop of every stage: ``loss_of(batch, generator)`` gives a batch's summed loss and
-    its count (tokens; sentences for the auto-encoder); the best dev epoch is kept.
+    """The loop of every stage: ``loss_of(data, batch, generator)`` gives the summed loss of
+    the sentences ``batch`` of ``data`` and its count (tokens; sentences for the
+    auto-encoder); the best dev epoch is kept.
 
-    ``train`` is this process's share under torchrun: its batches are drawn from its own
+    ``train`` is this process's share under torchrun (in memory, or its parts: read each epoch
+    one at a time, in an order drawn anew from this process's generator, ``vectors`` saying
+    whether the stage uses their context strings). Its batches are drawn from its own
     generator (seeded with :func:`lm_models.distributed.rank_seed`), every process takes as
-    many steps as the one with the fewest batches (which sets the one-cycle schedule's length
-    everywhere) and the gradients are averaged (:func:`lm_models.training.fit`).
+    many steps as the one with the fewest batches (counted before training; this sets the
+    one-cycle schedule's length everywhere) and the gradients are averaged
+    (:func:`lm_models.training.fit`).
     """
     t_start = time.perf_counter()
     gen = torch.Generator().manual_seed(rank_seed(opts.seed, world))
+    order = random.Random(rank_seed(opts.seed, world))  # each epoch's order of the parts
     torch.manual_seed(opts.seed)
     seed_process(opts.seed, world)  # dropout: each process its own draws
     optimizer = torch.optim.AdamW(params, lr=opts.lr, weight_decay=opts.weight_decay)
-    steps_per_epoch = all_min(len(batch_indices(train, opts.max_tokens)), world)
+    if isinstance(train, CUEData):
+        batches = len(batch_indices(train, opts.max_tokens))
+    else:
+        batches = train.batch_count(opts.max_tokens)
+    steps_per_epoch = all_min(batches, world)
     if opts.max_steps is not None:
         steps_per_epoch = min(steps_per_epoch, opts.max_steps)
     schedule = one_cycle(optimizer, opts.lr, steps_per_epoch * opts.epochs)
     initial = dev()
 
-    def step(batch: list[int]) -> Step:
-        loss, k = loss_of(batch, gen)
+    def epoch_batches(epoch: int) -> Iterable[tuple[Part, list[int]]]:
+        if isinstance(train, CUEData):
+            whole = Part(train)
+            return [(whole, idx) for idx in batch_indices(train, opts.max_tokens, gen)]
+        parts = train.parts(order.getrandbits(63), vectors)
+        return part_batches(parts, opts.max_tokens, gen, steps_per_epoch)  # drawn lazily
+
+    def step(batch: tuple[Part, list[int]]) -> Step:
+        part, idx = batch
+        if part.data is None:
+            raise ValueError("a batch of a part that was let go (drawn out of order)")
+        loss, k = loss_of(part.data, idx, gen)
         return Step(loss / max(k, 1), loss.detach(), k)
 
     fit_options = FitOptions(
@@ -383,7 +525,7 @@ def _fit(
         model,
         optimizer,
         step,
-        lambda epoch: batch_indices(train, opts.max_tokens, gen),
+        epoch_batches,
         dev,
         fit_options,
         scheduler=schedule,
@@ -425,22 +567,23 @@ def sentence_lm_perplexity(
 
 
 def train_sentence_lm(
-    model: SentenceLM, train: CUEData, dev: CUEData, opts: CUETrainOptions
+    model: SentenceLM, train: CUEData | CUEParts, dev: CUEData, opts: CUETrainOptions
 ) -> StageResult:
-    """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored).
+    """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored;
+    parts are read without their string vectors).
 
     Under torchrun every process passes the same data and trains on its share of ``train``
-    (:func:`share_data`); the dev set is scored in shares."""
+    (:func:`share_data`), or passes its own parts (shards); the dev set is scored in shares."""
     device = process_device(opts.device)
     world = init_world(device)
     model.to(device)
     params = list(model.parameters())
     for p in params:
         p.requires_grad_(True)
-    mine = share_data(train, world)
+    mine = _own_data(train, world)
 
-    def loss_of(idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
-        inputs, targets = encode_batch([mine.sentences[i] for i in idx], device)
+    def loss_of(data: CUEData, idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
+        inputs, targets = encode_batch([data.sentences[i] for i in idx], device)
         return -gather_targets(model(inputs), targets).sum(), int((targets >= 0).sum())
 
     return _fit(
@@ -453,6 +596,7 @@ def train_sentence_lm(
         model.train,
         "sentence LM",
         world,
+        vectors=False,
     )
 
 
@@ -479,9 +623,10 @@ def proxy_kl(
 
 
 def train_proxy_autoencoder(
-    model: CUEModel, train: CUEData, dev: CUEData, opts: CUETrainOptions
+    model: CUEModel, train: CUEData | CUEParts, dev: CUEData, opts: CUETrainOptions
 ) -> StageResult:
-    """Section 4.2.1: fit the unigram auto-encoder by KL reconstruction (only it learns)."""
+    """Section 4.2.1: fit the unigram auto-encoder by KL reconstruction (only it learns; parts
+    are read without their string vectors). Under torchrun as :func:`train_sentence_lm`."""
     if model.proxy is None:
         raise ValueError("the model has no proxy auto-encoder (proxy_dim = 0)")
     proxy = model.proxy
@@ -493,10 +638,10 @@ def train_proxy_autoencoder(
     params = list(proxy.parameters())
     for p in params:
         p.requires_grad_(True)
-    mine = share_data(train, world)
+    mine = _own_data(train, world)
 
-    def loss_of(idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
-        p = unigram_distributions(_unigram_targets(mine, idx, device), model.config.vocab_size)
+    def loss_of(data: CUEData, idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
+        p = unigram_distributions(_unigram_targets(data, idx, device), model.config.vocab_size)
         return proxy.kl(p, proxy(p)).sum(), len(p)
 
     return _fit(
@@ -509,6 +654,7 @@ def train_proxy_autoencoder(
         proxy.train,
         "proxy AE",
         world,
+        vectors=False,
     )
 
 
@@ -556,28 +702,31 @@ def cue_perplexity(
 
 
 def train_cue(
-    model: CUEModel, train: CUEData, dev: CUEData, mode: str, opts: CUETrainOptions
+    model: CUEModel, train: CUEData | CUEParts, dev: CUEData, mode: str, opts: CUETrainOptions
 ) -> StageResult:
     """Train the parts ``mode`` names (module docstring); the best dev epoch is kept.
 
-    Dev perplexity uses the same CUE source as training (the proxy with noise for ``proxy``).
-    Under torchrun every process passes the same data and trains on its share of ``train``
-    (:func:`share_data`); the dev set is scored in shares.
+    Dev perplexity uses the same CUE source as training (the proxy with noise for ``proxy``;
+    parts are then read without their string vectors). Under torchrun every process passes the
+    same data and trains on its share of ``train`` (:func:`share_data`), or passes its own
+    parts (shards); the dev set is scored in shares.
     """
     device = process_device(opts.device)
     world = init_world(device)
     model.to(device)
     params = set_trainable(model, mode)
     source = "proxy" if mode == "proxy" else "context"
-    if source == "context" and train.table.shape[1] != model.config.context_dim:
+    dim = train.table.shape[1] if isinstance(train, CUEData) else train.context_dim
+    if source == "context" and dim != model.config.context_dim:
         raise ValueError(
-            f"string vectors have {train.table.shape[1]} dims, the model takes "
-            f"{model.config.context_dim}"
+            f"mode {mode!r} reads the context strings: expected string vectors of "
+            f"{model.config.context_dim} dims (the model's), got "
+            + ("none" if dim is None else f"{dim} dims")
         )
-    mine = share_data(train, world)
+    mine = _own_data(train, world)
 
-    def loss_of(idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
-        batch = make_batch(mine, idx, device)
+    def loss_of(data: CUEData, idx: list[int], gen: torch.Generator) -> tuple[Tensor, int]:
+        batch = make_batch(data, idx, device)
         cue = batch_cue(model, batch, source, opts.sigma, gen)
         lp = gather_targets(model(batch.inputs, cue), batch.targets)
         return -lp.sum(), int((batch.targets >= 0).sum())
@@ -592,4 +741,5 @@ def train_cue(
         lambda: _train_mode(model, mode),
         f"CUE {mode}",
         world,
+        vectors=source == "context",
     )

@@ -90,7 +90,14 @@ from lm_models.training import (
     config_training_main,
     fit,
 )
-from lm_models.vocab import BOS_ID, EOS, EOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary
+from lm_models.vocab import (
+    BOS_ID,
+    EOS_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    Vocabulary,
+    counted_vocabulary,
+)
 from rescorer.core.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -407,9 +414,7 @@ class LBLCounts:
 
     def vocabulary(self, dc: LBLDataConfig) -> Vocabulary:
         """As :func:`lm_models.vocab.build_vocabulary` over the counted sentences."""
-        counts = Counter(self.words)
-        counts[EOS] += self.sentences
-        return Vocabulary.from_counts(counts, max_size=dc.max_vocab, min_count=dc.min_count)
+        return counted_vocabulary(self.words, self.sentences, dc.max_vocab, dc.min_count)
 
     def blocks(self, vocab: Vocabulary, values: Sequence[str]) -> tuple[int, ...]:
         """Section 2.4: per output unit, the position in ``values`` of the only vocabulary

@@ -45,7 +45,7 @@ from lm_models.distributed import ONE_PROCESS, World, broadcast_object, counted_
 from lm_models.lstm.context import ContextVariable
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.training import options_from_json
-from lm_models.vocab import EOS, EOS_ID, UNK_ID, Vocabulary
+from lm_models.vocab import EOS_ID, UNK_ID, Vocabulary, counted_vocabulary
 from rescorer.core.errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -253,9 +253,7 @@ class CorpusCounts:
         :meth:`SubwordTokenizer.vocabulary` (pieces) over the counted sentences."""
         if tokenizer is not None:
             return tokenizer.vocabulary_of_counts(self.words, self.sentences)
-        counts = Counter(self.words)
-        counts[EOS] += self.sentences
-        return Vocabulary.from_counts(counts, max_size=dc.vocab_size, min_count=dc.min_count)
+        return counted_vocabulary(self.words, self.sentences, dc.vocab_size, dc.min_count)
 
     def variables(self, dc: DataConfig, model: Any) -> list[ContextVariable]:
         """The categorical context variables of ``dc.context_fields``, values sorted, each

@@ -20,6 +20,7 @@ from lm_models.vocab import (
     UNK_ID,
     Vocabulary,
     build_vocabulary,
+    counted_vocabulary,
 )
 from rescorer.core.errors import InputError
 
@@ -86,6 +87,12 @@ def test_build_vocabulary_counts_sentence_ends() -> None:
     assert v.unigram_counts == (2, 0, 3, 3)
     with pytest.raises(TypeError, match="not strings"):
         build_vocabulary(["the cat"])
+    # The same from the words' counts and the number of sentences (parts counted apart).
+    words = {"the": 3, "cat": 1, "dog": 1}
+    assert counted_vocabulary(words, 3) == build_vocabulary(sentences)
+    assert counted_vocabulary(words, 3, 4).unigram_counts == (2, 0, 3, 3)
+    with pytest.raises(ValueError, match="expected a number of sentences >= 0, got -1"):
+        counted_vocabulary(words, -1)
 
 
 def test_encode_decode_and_oov() -> None:
