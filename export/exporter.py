@@ -195,6 +195,8 @@ class ExportResult:
 def _allowed(var: ContextVariable) -> str:
     if var.kind == "numerical":
         return f"{var.dim} number(s)"
+    if var.kind == "text":
+        return "a string"
     shown = ", ".join(repr(v) for v in var.values[:30])
     more = f", ... ({len(var.values)} in all)" if len(var.values) > 30 else ""
     return f"one of {shown}{more}"
@@ -204,7 +206,7 @@ def normalise_record(model: ContextLSTM, record: Mapping[str, Any] | None) -> Re
     """``record`` checked against the model's variables, in their order; missing fields left out.
 
     Strict, unlike scoring: an unknown field or value is a ValueError naming the allowed ones.
-    Categorical values become strings, numerical ones lists of floats.
+    Categorical values become strings, numerical ones lists of floats; text stays a string.
     """
     if record is None:
         return {}
@@ -232,6 +234,12 @@ def normalise_record(model: ContextLSTM, record: Mapping[str, Any] | None) -> Re
                     f"expected {_allowed(var)}"
                 )
             out[var.name] = key
+        elif var.kind == "text":
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"context variable {var.name!r}: expected {_allowed(var)}, got {value!r:.40}"
+                )
+            out[var.name] = value
         else:
             out[var.name] = list(numbers(var.name, var.dim, value))
     return out
@@ -244,11 +252,12 @@ def _record_key(record: Record) -> str:
 def all_context_records(model: ContextLSTM, limit: int = 4096) -> list[Record]:
     """Every combination of categorical values, each variable also missing; expected first."""
     variables = model.config.context_vars
-    numerical = [v.name for v in variables if v.kind == "numerical"]
+    numerical = [v.name for v in variables if v.kind != "categorical"]
     if numerical:
         raise ValueError(
-            f"context variable(s) {numerical} are numerical: their values cannot be enumerated; "
-            f"give the contexts to export as a JSONL file of records (--contexts FILE.jsonl)"
+            f"context variable(s) {numerical} are numerical (or text): their values cannot be "
+            "enumerated; give the contexts to export as a JSONL file of records (--contexts "
+            "FILE.jsonl)"
         )
     count = 1
     for v in variables:

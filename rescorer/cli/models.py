@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -34,6 +36,9 @@ from rescorer.lms.contract import LMSpec
 from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
 
 logger = logging.getLogger(__name__)
+
+# ppl's per-value lines stop at fields of this many values (a text field: present or missing)
+PPL_BREAKDOWN_VALUES = 50
 
 
 # -- ppl ----------------------------------------------------------------------------------------
@@ -106,18 +111,36 @@ def ppl(
             f"over {known_tokens} tokens"
         )
     if contexts is not None:
-        # Perplexity per context value, for every field of the context records.
-        groups: dict[tuple[str, str], list[int]] = {}
-        for i, record in enumerate(contexts):
-            for field, value in (record or {}).items():
-                groups.setdefault((field, str(value)), []).append(i)
-        for (field, value), idx in sorted(groups.items()):
-            g_total = float(sum(logps[i].sum() for i in idx))
-            g_tokens = int(sum(len(logps[i]) for i in idx))
-            click.echo(
-                f"  {field}={value}: ppl {math.exp(-g_total / g_tokens):.2f} over {g_tokens} "
-                f"tokens, {len(idx)} sentences"
-            )
+        _ppl_by_context(contexts, logps)
+
+
+def _ppl_by_context(contexts: Sequence[Mapping[str, Any] | None], logps: Sequence[Any]) -> None:
+    """Perplexity per context value, for every field of the context records; a field of more
+    than PPL_BREAKDOWN_VALUES values (text such as the previous utterances: a value per
+    sentence) is split into the sentences that have it and those that do not."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, record in enumerate(contexts):
+        for field, value in (record or {}).items():
+            groups.setdefault((field, str(value)), []).append(i)
+    per_field = Counter(field for field, _ in groups)
+    lines: dict[tuple[str, str], list[int]] = {}
+    for (field, value), idx in groups.items():
+        if per_field[field] <= PPL_BREAKDOWN_VALUES:
+            lines[(field, value)] = idx
+        else:
+            lines.setdefault((field, f"<any of {per_field[field]} values>"), []).extend(idx)
+    for field, n in per_field.items():
+        if n > PPL_BREAKDOWN_VALUES:
+            absent = [i for i, r in enumerate(contexts) if field not in (r or {})]
+            if absent:
+                lines[(field, "<missing>")] = absent
+    for (field, value), idx in sorted(lines.items()):
+        g_total = float(sum(logps[i].sum() for i in idx))
+        g_tokens = int(sum(len(logps[i]) for i in idx))
+        click.echo(
+            f"  {field}={value}: ppl {math.exp(-g_total / g_tokens):.2f} over {g_tokens} "
+            f"tokens, {len(idx)} sentences"
+        )
 
 
 # -- ngram --------------------------------------------------------------------------------------

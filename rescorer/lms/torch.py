@@ -34,7 +34,10 @@ Context records are mappings of field -> value (``{"genre": "news"}``) or None, 
 :class:`rescorer.core.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
 does not declare are ignored (logged once); a categorical value it never saw in training is
 treated as missing (logged once), as training does (:func:`lm_models.lstm.data.context_record`);
-missing fields use the model's expected context embedding.
+missing fields use the model's expected context embedding. A text field (e.g. ``previous``, the
+previous utterances' 1-best of ``rescorer context build``) is a context of its own per distinct
+text: each utterance's text is embedded once (the vectors are cached per string) and adapted
+once, with its hypotheses' prefixes shared, in forests as above.
 
 All scores are natural-log probabilities.
 """
