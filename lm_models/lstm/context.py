@@ -248,6 +248,11 @@ def text_encoder(spec: str, device: str = "cpu") -> VectorCache:
     return cache
 
 
+def clear_text_caches() -> None:
+    """Forget every text encoder and cached vector of the process (benchmarks: a cold start)."""
+    _TEXT_CACHES.clear()
+
+
 def text_vectors(var: ContextVariable, texts: Sequence[str], device: str = "cpu") -> np.ndarray:
     """(len(texts), dim) float32: the text variable's frozen encoder applied to ``texts``.
 
