@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from export.format import KINDS as EXPORT_KINDS
+from export.format import VECTOR_KINDS
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
@@ -438,7 +439,9 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
     "icefall's state-less form for sherpa-onnx's offline LM rescoring (x = tokens without "
     "<s>/</s>, 0-padded, x_lens -> nll = -log P(<s> tokens </s>)); score-token: icefall's "
     "score_token_onnx form for sherpa-onnx's online LM (x, h0, c0 -> log_softmax (N, V) of the "
-    "next token, next_h0, next_c0).",
+    "next token, next_h0, next_c0); vector-step, vector-scorer: step and scorer with the context "
+    "embedding as an input, context_vector (N, k), a row's own (`context vectors` computes it "
+    "once per utterance).",
 )
 @click.option(
     "--tokens",
@@ -512,6 +515,7 @@ def export_cmd(
       rescorer export exp/factor/best scorer.onnx --kind multi-scorer --contexts ctx.jsonl
       rescorer export exp/lstm/best lm_nll.onnx --kind nll     # sherpa-onnx offline --lm
       rescorer export exp/lm/best lm.onnx --kind score-token --tokens asr/tokens.txt  # online --lm
+      rescorer export exp/prev/best prev.onnx --kind vector-scorer  # context_vector input
     """
     from export.exporter import (  # imported here: torch is heavy
         ExportOptions,
@@ -525,6 +529,11 @@ def export_cmd(
     from lm_models.lstm.model import ContextLSTM
 
     multi = kind.startswith("multi")
+    if context_pairs and kind in VECTOR_KINDS:
+        raise click.UsageError(
+            f"--kind {kind} takes the context embedding as an input (context_vector): it folds "
+            "no context; drop --context"
+        )
     if context_pairs and multi:
         raise click.UsageError(
             f"--context folds one context into a step or scorer export; --kind {kind} takes "
@@ -567,9 +576,14 @@ def export_cmd(
     )
     result = export_model(model, tokens, out_path, options)
     n = len(result.contexts)
+    held = (
+        f"context_vector input of {result.metadata.get('context_dim')} numbers"
+        if kind in VECTOR_KINDS
+        else f"{n} context{'s' if n != 1 else ''}"
+    )
     click.echo(
-        f"wrote {result.path} ({kind}, {n} context{'s' if n != 1 else ''}, "
-        f"{result.size_bytes / 2**20:.2f} MiB) and {result.vocab_path}"
+        f"wrote {result.path} ({kind}, {held}, {result.size_bytes / 2**20:.2f} MiB) and "
+        f"{result.vocab_path}"
     )
     if asr is not None:
         click.echo(f"token ids: the ASR model's, {asr.describe()}")

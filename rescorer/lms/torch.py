@@ -192,6 +192,20 @@ class TorchLM(WordLM):
         """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
         return self._contexts.key(record)
 
+    def context_vectors(self, contexts: Sequence[Context | None]) -> np.ndarray:
+        """The context embedding c of each record, (n, k) float32, computed once per distinct
+        record (after the model's normalisation, :meth:`context_key`): the ``context_vector``
+        that an ONNX vector export (``vector-step``, ``vector-scorer``) takes."""
+        if not self._model.adaptive:
+            raise ValueError(f"{self.path}: an unadapted model has no context embedding")
+        keys = self._keys(len(contexts), contexts)
+        rows = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        if not rows:
+            return np.zeros((0, self._model.config.context_dim), dtype=np.float32)
+        with torch.inference_mode():
+            c = self._model.context_embedding([dict(key) for key in rows], len(rows))
+        return c.float().cpu().numpy()[[rows[key] for key in keys]]
+
     def _adapted(self, key: ContextKey) -> AdaptedWeights:
         weights = self._weights.get(key)
         if weights is not None:
