@@ -121,109 +121,6 @@ def _worker_train(job: dict) -> dict:
     return {"seconds": statistics.median(times), "tokens": rows * cols}
 
 
-def context_speeds(nbest_dir: Path, utterances: int, rounds: int, into: Path) -> list[str]:
-    """Scoring with a context per utterance (issue 16): a forest vs one tree per context.
-
-    A FactorCell of the recipe's shape (rank 8) whose context is a 16-dim numerical vector
-    (the form of a previous-utterance embedding), random weights; every utterance gets its own
-    vector. Runs alternate, in this process: no context at all (one tree, shared weights),
-    a context per utterance scored as forests (the default), and the same with
-    ``max_contexts=1`` (each utterance's 30 hypotheses a tree of its own, the weights folded per
-    context: what the scorer did before forests).
-    """
-    import random
-
-    import torch
-
-    from lm_models.checkpoint import save_checkpoint
-    from lm_models.lstm.context import ContextVariable
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.vocab import SPECIAL_TOKENS
-    from rescorer.core import runtime
-    from rescorer.formats import read_nbest
-    from rescorer.lms.torch import TorchLM
-
-    runtime.configure(runtime.RuntimeOptions(threads=1, keep_freed_memory=True))
-    nbest = read_nbest(nbest_dir, "espnet")
-    utts = list(nbest)[:utterances]
-    counts = Counter(w.lower() for u in nbest for h in nbest[u] for w in h.words)
-    words = [w for w, _ in counts.most_common(20000 - len(SPECIAL_TOKENS))]
-    words += [f"<filler{i}>" for i in range(20000 - len(SPECIAL_TOKENS) - len(words))]
-    torch.manual_seed(0)
-    cfg = LSTMConfig(
-        vocab_size=20000,
-        embed_dim=128,
-        hidden_dim=256,
-        mode="factor",
-        context_dim=16,
-        rank=8,
-        context_vars=(ContextVariable.numerical("previous", dim=16),),
-    )
-    ckpt = save_checkpoint(into / "factor_lstm", ContextLSTM(cfg).eval(), [*SPECIAL_TOKENS, *words])
-    rng = random.Random(0)
-    sentences, records = [], []
-    for u in utts:
-        vector = [rng.gauss(0.0, 1.0) for _ in range(16)]
-        for h in nbest[u]:
-            sentences.append(h.words)
-            records.append({"previous": vector})
-    runs = {
-        "no context (one tree)": (TorchLM(ckpt, device="cpu"), None),
-        "a context per utterance, forests": (TorchLM(ckpt, device="cpu"), records),
-        "a context per utterance, a tree per context": (
-            TorchLM(ckpt, device="cpu", max_contexts=1),
-            records,
-        ),
-    }
-    seconds: dict[str, list[float]] = {name: [] for name in runs}
-    steps: dict[str, int] = {}
-    values: dict[str, np.ndarray] = {}
-    for lm, ctx in runs.values():
-        lm.token_logprobs(sentences[:30], None if ctx is None else ctx[:30])  # warm-up
-    for _ in range(rounds):
-        for name, (lm, ctx) in runs.items():
-            lm.reset_stats()
-            start = time.perf_counter()
-            values[name] = lm.sentence_logprobs(sentences, ctx)
-            seconds[name].append(time.perf_counter() - start)
-            steps[name] = lm.stats.computed_steps
-    med = {name: statistics.median(values_s) for name, values_s in seconds.items()}
-    base = med["no context (one tree)"]
-    gain = (
-        med["a context per utterance, a tree per context"] / med["a context per utterance, forests"]
-    )
-    diff = float(
-        np.abs(
-            values["a context per utterance, forests"]
-            - values["a context per utterance, a tree per context"]
-        ).max()
-    )
-    lines = [
-        "## Scoring with a context per utterance (FactorCell, forests)",
-        "",
-        f"FactorCell V=20000, e=128, d=256, k=16, r=8, a 16-dim numerical context (random "
-        f"weights), the first {utterances} dev_other 30-best lists ({len(sentences):,} "
-        f"hypotheses), each utterance its own context vector; 1 thread, in-process, "
-        f"interleaved, {rounds} rounds.",
-        "",
-        "| scoring | seconds (min / median) | LSTM steps | steps/s | time / no context |",
-        "|---|---|---|---|---|",
-    ]
-    for name, values_s in seconds.items():
-        lo, med = stats(values_s)
-        lines.append(
-            f"| {name} | {lo:.2f} / {med:.2f} | {steps[name]:,} | {steps[name] / med:,.0f} | "
-            f"{med / base:.2f} |"
-        )
-    lines += [
-        "",
-        f"- Forests vs a tree per context: same scores (max |diff| {diff:.1e} nats per "
-        f"sentence), {gain:.2f}x faster.",
-        "",
-    ]
-    return lines
-
-
 WORKERS = {"score": _worker_score, "limit": _worker_limit, "train": _worker_train}
 
 
@@ -310,29 +207,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-steps", type=int, default=8)
     ap.add_argument("--checkpoint", type=Path, action="append", default=[])
-    ap.add_argument("--only-contexts", action="store_true", help="just the context section")
-    ap.add_argument("--skip-contexts", action="store_true")
     ap.add_argument("--data-dir", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scoring.md")
     args = ap.parse_args()
     nbest_dir = args.data_dir / "nbest" / "librispeech-espnet" / "dev_other"
     load_start = os.getloadavg()
-    if args.only_contexts:
-        with tempfile.TemporaryDirectory() as tmp_name:
-            lines = [
-                "# Neural N-best scoring with a context per utterance (issue 16)",
-                "",
-                f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-                f"- Machine: {cpu_name()}, {os.cpu_count()} cores; no GPU; working tree at "
-                f"`{_head()}`; load average (1 min) at start {load_start[0]:.2f}",
-                "",
-                *context_speeds(nbest_dir, args.utterances, args.rounds, Path(tmp_name)),
-            ]
-        text = "\n".join(lines) + "\n"
-        print(text)
-        with atomic_write(args.out) as f:
-            f.write(text)
-        return
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         trees = {"before": export_tree(args.before, tmp), "after": REPO}
@@ -451,8 +330,6 @@ def main() -> None:
             lines.append(f"| {name} | {1e3 * lo:.0f} / {1e3 * med:.0f} | {tokens / med:,.0f} |")
         ratio = statistics.median(train["before"]) / statistics.median(train["after"])
         lines += ["", f"- after vs before: **{ratio:.2f}x** tokens/s.", ""]
-        if not args.skip_contexts:
-            lines += context_speeds(nbest_dir, args.utterances, args.rounds, tmp)
     load_end = os.getloadavg()
     lines.insert(
         5,

@@ -20,7 +20,19 @@ nll            x (N, L) = w1..wn padded with 0 (no <s>, </s>), x_lens (N,) = n  
 score-token    x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, V) = log p of the     one
                token after x's last position, next_h0, next_c0 (icefall's
                score_token_onnx, the form sherpa-onnx's online LM loads; L = 1 there)
+vector-step    step's inputs + context_vector (N, k) float32: the context embedding c,   any
+               a row's own (computed once per utterance, e.g. from the previous
+               utterances' text: ``rescorer context vectors``)
+vector-scorer  scorer's inputs + context_vector (N, k)                                any
 =============  =====================================================================  ========
+
+The vector kinds (:mod:`export.graph`'s vector form) keep the unadapted weights and the context
+parts (V, Z_L, Z_R, Q) and adapt per row from the input vector in the graph, so a decoder can
+give every utterance its own context without an export per context; they carry the metadata
+``context_dim`` (k), ``context_vector_field`` (the context-record field ``onnx:`` scoring reads
+the vector from) and ``expected_context_vector`` (c with every variable missing: the vector of
+a record without one). A model with one-hot softmax biases has none (they need the categorical
+values, not c).
 
 The decoder kinds (score-token, nll) can speak an ASR model's token ids (``asr_tokens``, from
 the checkpoint's ``asr_tokens.txt`` or a tokens.txt; :mod:`lm_models.asr_tokens`): the graph
@@ -69,21 +81,28 @@ from export.format import (
     FORMAT,
     FORMAT_VERSION,
     KEY_BLANK_ID,
+    KEY_CONTEXT_DIM,
     KEY_CONTEXT_VARIABLES,
     KEY_CONTEXTS,
+    KEY_EXPECTED_VECTOR,
     KEY_FORMAT,
     KEY_FORMAT_VERSION,
     KEY_KIND,
     KEY_TOKEN_IDS,
+    KEY_VECTOR_FIELD,
     KEY_VOCAB_FILE,
     KINDS,
     LOG_BASE,
     NLL_KIND,
     SCORE_TOKEN_KIND,
+    SCORER_KINDS,
+    VECTOR_FIELD,
+    VECTOR_KINDS,
 )
 from export.graph import (
     OPSET,
     ClassOutputWeights,
+    ContextAdaptation,
     LayerWeights,
     LSTMWeights,
     make_model,
@@ -150,6 +169,11 @@ class ExportOptions:
                     f"a list of contexts is for the multi-context kinds (multi, multi-scorer); "
                     f"kind {self.kind!r} folds one context (give it as `context`)"
                 )
+        if self.context is not None and self.vector:
+            raise ValueError(
+                f"kind {self.kind!r} takes the context embedding as an input (context_vector): "
+                "it folds no context; give none"
+            )
         if self.context is not None and self.multi:
             raise ValueError(
                 f"kind {self.kind!r} stacks many contexts: give `contexts` (or none for all "
@@ -168,7 +192,12 @@ class ExportOptions:
     @property
     def scorer(self) -> bool:
         """True for the sentence scorers (no state in or out)."""
-        return self.kind in ("scorer", "multi-scorer")
+        return self.kind in SCORER_KINDS
+
+    @property
+    def vector(self) -> bool:
+        """True for the kinds with a context_vector input."""
+        return self.kind in VECTOR_KINDS
 
 
 @dataclass(frozen=True)
@@ -195,6 +224,8 @@ class ExportResult:
 def _allowed(var: ContextVariable) -> str:
     if var.kind == "numerical":
         return f"{var.dim} number(s)"
+    if var.kind == "text":
+        return "a string"
     shown = ", ".join(repr(v) for v in var.values[:30])
     more = f", ... ({len(var.values)} in all)" if len(var.values) > 30 else ""
     return f"one of {shown}{more}"
@@ -204,7 +235,7 @@ def normalise_record(model: ContextLSTM, record: Mapping[str, Any] | None) -> Re
     """``record`` checked against the model's variables, in their order; missing fields left out.
 
     Strict, unlike scoring: an unknown field or value is a ValueError naming the allowed ones.
-    Categorical values become strings, numerical ones lists of floats.
+    Categorical values become strings, numerical ones lists of floats; text stays a string.
     """
     if record is None:
         return {}
@@ -232,6 +263,12 @@ def normalise_record(model: ContextLSTM, record: Mapping[str, Any] | None) -> Re
                     f"expected {_allowed(var)}"
                 )
             out[var.name] = key
+        elif var.kind == "text":
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"context variable {var.name!r}: expected {_allowed(var)}, got {value!r:.40}"
+                )
+            out[var.name] = value
         else:
             out[var.name] = list(numbers(var.name, var.dim, value))
     return out
@@ -244,11 +281,12 @@ def _record_key(record: Record) -> str:
 def all_context_records(model: ContextLSTM, limit: int = 4096) -> list[Record]:
     """Every combination of categorical values, each variable also missing; expected first."""
     variables = model.config.context_vars
-    numerical = [v.name for v in variables if v.kind == "numerical"]
+    numerical = [v.name for v in variables if v.kind != "categorical"]
     if numerical:
         raise ValueError(
-            f"context variable(s) {numerical} are numerical: their values cannot be enumerated; "
-            f"give the contexts to export as a JSONL file of records (--contexts FILE.jsonl)"
+            f"context variable(s) {numerical} are numerical (or text): their values cannot be "
+            "enumerated; give the contexts to export as a JSONL file of records (--contexts "
+            "FILE.jsonl)"
         )
     count = 1
     for v in variables:
@@ -363,6 +401,16 @@ def lstm_weights(model: ContextLSTM, records: Sequence[Record], multi: bool) -> 
     out_bias = (
         np.stack([_np(a.output_bias) for a in adapted]) if multi else _np(adapted[0].output_bias)
     )  # (C, V) | (V,)
+    return _with_output(model, tuple(layers), out_bias)
+
+
+def _with_output(
+    model: ContextLSTM,
+    layers: tuple[LayerWeights, ...],
+    output_bias: np.ndarray,
+    adaptation: ContextAdaptation | None = None,
+) -> LSTMWeights:
+    """``layers`` and ``output_bias`` with the model's embeddings and output layer."""
     embedding = _np(model.embedding.weight)
     out_emb = embedding if model.output_embedding is None else _np(model.output_embedding)
     projection = None if model.L is None else _np(model.L.weight)  # (e, d)
@@ -379,7 +427,43 @@ def lstm_weights(model: ContextLSTM, records: Sequence[Record], multi: bool) -> 
             class_bias=_np(co.class_layer.bias),
             never=co.never.cpu().numpy(),
         )
-    return LSTMWeights(embedding, out_emb, projection, tuple(layers), out_bias, class_output)
+    return LSTMWeights(
+        embedding, out_emb, projection, layers, output_bias, class_output, adaptation
+    )
+
+
+@torch.no_grad()
+def vector_weights(model: ContextLSTM) -> LSTMWeights:
+    """The vector form's weights: the unadapted W, b, b_out and the context parts V, Z_L, Z_R
+    and Q, applied in the graph from the context embedding given as an input."""
+    if not model.adaptive:
+        raise ValueError("an unadapted model has no context embedding: export it as step or scorer")
+    if model.one_hot_vars:
+        names = [v.name for v in model.one_hot_vars]
+        raise ValueError(
+            f"context variable(s) {names} have one-hot softmax biases, which need the "
+            "categorical values and not the context embedding: the vector kinds cannot carry "
+            "them (export multi or multi-scorer, or train with one_hot_bias false)"
+        )
+    assert model.Q is not None
+    layers = []
+    for cell in model.cells:
+        gain = None if cell.ln_gain is None else _np(cell.ln_gain)
+        shift = None if cell.ln_shift is None else _np(cell.ln_shift)
+        layers.append(LayerWeights(_np(cell.W), _np(cell.b), gain, shift))
+    adaptation = ContextAdaptation(
+        V=tuple(None if cell.V is None else _np(cell.V) for cell in model.cells),
+        Z_L=tuple(None if cell.Z_L is None else _np(cell.Z_L) for cell in model.cells),
+        Z_R=tuple(None if cell.Z_R is None else _np(cell.Z_R) for cell in model.cells),
+        Q=_np(model.Q),
+    )
+    return _with_output(model, tuple(layers), _np(model.b_out), adaptation)
+
+
+@torch.no_grad()
+def expected_vector(model: ContextLSTM) -> list[float]:
+    """c of a record with every variable missing (the expected context embedding)."""
+    return [float(x) for x in model.context_embedding(None, batch_size=1)[0].float().cpu()]
 
 
 def _nbytes(w: LSTMWeights) -> int:
@@ -474,7 +558,10 @@ def build_model(
         records = context_records(model, options.contexts, options.max_contexts)
     else:
         records = [normalise_record(model, options.context)]
-    weights = lstm_weights(model, records, options.multi)
+    if options.vector:
+        weights = vector_weights(model)
+    else:
+        weights = lstm_weights(model, records, options.multi)
     size = _nbytes(weights)
     if size > MAX_MODEL_BYTES:
         raise ValueError(
@@ -494,6 +581,17 @@ def build_model(
         graph = build(weights, with_context=options.multi)
     meta = export_metadata(model, options.kind, records, vocab_file, asr)
     meta.update(model_author=options.author, url=options.url)
+    if options.vector:
+        assert weights.adaptation is not None
+        meta.update({
+            KEY_CONTEXT_DIM: str(weights.adaptation.dim),
+            KEY_VECTOR_FIELD: VECTOR_FIELD,
+            KEY_EXPECTED_VECTOR: json.dumps(expected_vector(model)),
+        })  # fmt: skip
+        meta["comment"] = (
+            f"{model.config.mode} context LSTM, {options.kind} export, the context embedding "
+            f"(k={weights.adaptation.dim}) as the input context_vector"
+        )
     onnx_model = make_model(graph, meta, options.opset, doc=meta["comment"])
     onnx.checker.check_model(onnx_model, full_check=True)
     return onnx_model, records

@@ -21,7 +21,7 @@ FORMAT_VERSION = 1
 # (whole padded sentences in, per-token and sentence log-probs out); "multi" ones take a
 # context_id input choosing among the folded contexts.
 STEP_KINDS = ("step", "multi")
-SCORER_KINDS = ("scorer", "multi-scorer")
+SCORER_KINDS = ("scorer", "multi-scorer", "vector-scorer")  # whole sentences in, no state
 # icefall's state-less RNN-LM form, which sherpa-onnx's offline LM rescoring loads: x holds the
 # tokens without <s> and </s>, padded with 0, x_lens their counts; the output is each sentence's
 # negative natural-log likelihood with <s> before and </s> after its tokens (one context folded).
@@ -30,7 +30,13 @@ NLL_KIND = "nll"
 # modified beam search) loads: x (N, L), h0, c0 (layers, N, d) -> log_softmax (N, V) = log p of
 # the token after x's last position, next_h0, next_c0 (one context folded). Called with L = 1.
 SCORE_TOKEN_KIND = "score-token"
-KINDS = STEP_KINDS + SCORER_KINDS + (NLL_KIND, SCORE_TOKEN_KIND)
+# The vector form: the context enters as an input vector, the context embedding c (N, k) that a
+# decoder computes once per utterance (e.g. from the previous utterances' text), instead of a
+# context folded in or chosen by id; every row may have its own.
+VECTOR_STEP_KIND = "vector-step"
+VECTOR_SCORER_KIND = "vector-scorer"
+VECTOR_KINDS = (VECTOR_STEP_KIND, VECTOR_SCORER_KIND)
+KINDS = ("step", "multi", "scorer", "multi-scorer", NLL_KIND, SCORE_TOKEN_KIND, *VECTOR_KINDS)
 # The kinds a decoder loads with its own token ids: they may speak an ASR model's ids
 # (metadata token_ids = "asr"); the others keep the toolkit's (<unk> 0, <s> 1, </s> 2).
 DECODER_KINDS = (SCORE_TOKEN_KIND, NLL_KIND)
@@ -45,6 +51,8 @@ INPUTS = {
     "multi-scorer": ["x", "x_lens", "context_id"],
     "nll": ["x", "x_lens"],
     "score-token": ["x", "h0", "c0"],
+    "vector-step": ["x", "h0", "c0", "context_vector"],
+    "vector-scorer": ["x", "x_lens", "context_vector"],
 }
 OUTPUTS = {
     "step": ["log_softmax", "next_h0", "next_c0"],
@@ -53,6 +61,8 @@ OUTPUTS = {
     "multi-scorer": ["token_logprobs", "sentence_logprob"],
     "nll": ["nll"],
     "score-token": ["log_softmax", "next_h0", "next_c0"],
+    "vector-step": ["log_softmax", "next_h0", "next_c0"],
+    "vector-scorer": ["token_logprobs", "sentence_logprob"],
 }
 
 # Metadata keys every export of the context LSTM carries and the runtime checks (all strings;
@@ -69,6 +79,13 @@ KEY_CONTEXTS = "contexts"  # JSON list of the folded records, in context_id orde
 KEY_TOKEN_IDS = "token_ids"
 TOKEN_IDS = ("toolkit", "asr")
 KEY_BLANK_ID = "blank_id"
+# The vector form: the width k of context_vector, the context-record field that holds a vector
+# (what `rescorer context vectors` writes), and the expected context's vector (every variable
+# missing: what a record without one gets), a JSON list of k numbers.
+KEY_CONTEXT_DIM = "context_dim"
+KEY_VECTOR_FIELD = "context_vector_field"
+KEY_EXPECTED_VECTOR = "expected_context_vector"
+VECTOR_FIELD = "context_vector"  # the field's name unless the export says otherwise
 INTEGER_KEYS = (
     "vocab_size",
     "sos_id",

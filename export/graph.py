@@ -26,6 +26,19 @@ when every row of the batch has the same context_id, W' is gathered once and the
 the shared ones (the cost of a single-context export); ``rescorer.lms.onnx`` batches by context
 to get that path.
 
+The vector form (``LSTMWeights.adaptation``, :class:`ContextAdaptation`): the weights are the
+unadapted W, b, b_out plus the context parts V, Z_L, Z_R, Q, and the graph takes the context
+embedding c itself as an input ``context_vector`` (N, k), computed once per utterance outside
+(from the previous utterances' text, say). Per row, eq. 2-4 and 6 in the graph::
+
+    b'    = b + c V^T                                                        (N, 3d)
+    left  = c x_1 Z_L (N, a, r),  right = Z_R x_3 c (N, r, 3d)
+    x W'^T = x W^T + (x left) right                  the FactorCell's A kept factored
+    bias  = b_out + c Q^T                                                    (N, V)
+
+(``ContextLSTM.adapt_embedding``, the scorer's low-rank path): each row its own context at the
+cost of two thin batched matmuls per step.
+
 The graphs:
 
 * :func:`step_graph` -- inputs ``x`` (N, L) int64, ``h0``, ``c0`` (layers, N, d) float32
@@ -59,6 +72,7 @@ FORGET_BIAS = 1.0  # f <- sigmoid(f + 1), as lm_models.lstm.model.FORGET_BIAS
 LAYER_NORM_EPS = 1e-5  # as lm_models.lstm.model.LAYER_NORM_EPS
 
 INT64_MAX = np.iinfo(np.int64).max
+VECTOR_INPUT = "context_vector"  # the vector form's input: the context embedding c (N, k)
 
 
 def _f32(name: str, array: np.ndarray | None) -> np.ndarray | None:
@@ -147,8 +161,41 @@ class ClassOutputWeights:
 
 
 @dataclass(frozen=True)
+class ContextAdaptation:
+    """The context-dependent parameters of a ContextLSTM, for graphs that take the context
+    embedding c (N, k) as an input (the vector form) instead of folded weights."""
+
+    # Per layer: V (3d, k) of b' = b + V c (ConcatCell, FactorCell), or None (SoftmaxBias).
+    V: tuple[np.ndarray | None, ...]
+    # Per layer: Z_L (k, a, r) and Z_R (r, 3d, k) of the FactorCell's A, or None.
+    Z_L: tuple[np.ndarray | None, ...]
+    Z_R: tuple[np.ndarray | None, ...]
+    # Q (V, k): the context's part of the output bias, b_out + Q c.
+    Q: np.ndarray
+
+    def __post_init__(self) -> None:
+        for name in ("V", "Z_L", "Z_R"):
+            arrays = tuple(_f32(name, a) for a in getattr(self, name))
+            object.__setattr__(self, name, arrays)
+        object.__setattr__(self, "Q", _f32("Q", self.Q))
+        if not len(self.V) == len(self.Z_L) == len(self.Z_R):
+            raise ValueError("context adaptation: expected V, Z_L and Z_R for every layer")
+        if self.Q.ndim != 2:
+            raise ValueError(f"Q: expected (V, k), got shape {self.Q.shape}")
+        for i, (zl, zr) in enumerate(zip(self.Z_L, self.Z_R, strict=True)):
+            if (zl is None) != (zr is None):
+                raise ValueError(f"layer {i}: expected both Z_L and Z_R, or neither")
+
+    @property
+    def dim(self) -> int:
+        """k, the width of the context embedding."""
+        return int(self.Q.shape[1])
+
+
+@dataclass(frozen=True)
 class LSTMWeights:
-    """Everything a graph needs: a plain (context-folded) ContextLSTM as numpy arrays."""
+    """Everything a graph needs: a plain (context-folded) ContextLSTM as numpy arrays, or the
+    unadapted one with its :class:`ContextAdaptation` (the vector form)."""
 
     # E (V, e): the input embedding.
     embedding: np.ndarray
@@ -162,6 +209,9 @@ class LSTMWeights:
     output_bias: np.ndarray
     # The class-factored output layer, None for the full softmax.
     class_output: ClassOutputWeights | None = None
+    # The vector form: the context parts, applied in the graph from an input c (N, k); the
+    # layers and output_bias are then the unadapted W, b and b_out. None: contexts folded in.
+    adaptation: ContextAdaptation | None = None
 
     def __post_init__(self) -> None:
         for field in ("embedding", "output_embedding", "projection", "output_bias"):
@@ -202,6 +252,24 @@ class LSTMWeights:
             if layer.ln_gain is not None and layer.ln_shift is not None:
                 _check_shape(f"layer {i} ln_gain", layer.ln_gain, [(3, d)])
                 _check_shape(f"layer {i} ln_shift", layer.ln_shift, [(3, d)])
+        if self.adaptation is not None:
+            self._check_adaptation(self.adaptation, e, d, v)
+
+    def _check_adaptation(self, ad: ContextAdaptation, e: int, d: int, v: int) -> None:
+        if self.num_contexts is not None:
+            raise ValueError("the vector form takes unadapted weights, not per-context ones")
+        if len(ad.V) != len(self.layers):
+            raise ValueError(f"context adaptation: {len(ad.V)} layers, the LSTM {len(self.layers)}")
+        kd = ad.dim
+        _check_shape("Q", ad.Q, [(v, kd)])
+        for i, (vm, zl, zr) in enumerate(zip(ad.V, ad.Z_L, ad.Z_R, strict=True)):
+            a = (e if i == 0 else d) + d
+            if vm is not None:
+                _check_shape(f"layer {i} V", vm, [(3 * d, kd)])
+            if zl is not None and zr is not None:
+                r = zl.shape[-1] if zl.ndim == 3 else -1
+                _check_shape(f"layer {i} Z_L", zl, [(kd, a, r)])
+                _check_shape(f"layer {i} Z_R", zr, [(r, 3 * d, kd)])
 
     @property
     def vocab_size(self) -> int:
@@ -335,6 +403,15 @@ def _lstm(
     (N, a, 3d), and every step is a batched matmul.
     """
     emb = b.op("Gather", [b.const("embedding", w.embedding), x], "emb", axis=0)  # (N, T, e)
+    if w.adaptation is not None:  # the vector form: context_id is the context_vector input
+        if context_id is None:
+            raise ValueError("the vector form needs the context_vector input")
+        rows = _row_adaptation(b, w, w.adaptation, context_id)
+
+        def never(sub: _Builder, table: str, hint: str) -> str:
+            raise ValueError(f"{hint}: the vector form has no per-context tables")
+
+        return _recurrence(b, w, k, emb, h0, m0, never, per_row=False, vector=rows)
     if context_id is None or not any(layer.per_context_weight for layer in w.layers):
 
         def rows(sub: _Builder, table: str, hint: str) -> str:
@@ -378,6 +455,60 @@ def _lstm(
 Select = Callable[[_Builder, str, str], str]
 
 
+@dataclass(frozen=True)
+class _RowAdaptation:
+    """One layer's weights from the context embedding, per row (graph value names)."""
+
+    bias: str | None  # b' = b + c V^T (N, 3d); None: the shared b
+    left: str | None  # c x_1 Z_L (N, a, r); None: no FactorCell
+    right: str | None  # Z_R x_3 c (N, r, 3d)
+
+
+def _row_adaptation(
+    b: _Builder, w: LSTMWeights, ad: ContextAdaptation, c: str
+) -> list[_RowAdaptation]:
+    """Eq. 2-3 for every row's c (N, k): each layer's b', and A's factors (kept factored)."""
+    kd, d = ad.dim, w.hidden_dim
+    out = []
+    for i, (layer, vm, zl, zr) in enumerate(zip(w.layers, ad.V, ad.Z_L, ad.Z_R, strict=True)):
+        bias = left = right = None
+        if vm is not None:  # b' = b + c V^T                                             (N, 3d)
+            cv = b.op("MatMul", [c, b.const(f"l{i}_V_t", vm.T.copy())], f"l{i}_cV")
+            bias = b.op("Add", [cv, b.const(f"l{i}_b", layer.bias)], f"l{i}_b_rows")
+        if zl is not None and zr is not None:
+            a, r = zl.shape[1], zl.shape[2]
+            zl_flat = b.const(f"l{i}_Z_L", zl.reshape(kd, a * r))  # (k, a r)
+            zr_flat = b.const(
+                f"l{i}_Z_R", np.ascontiguousarray(zr.transpose(2, 0, 1)).reshape(kd, r * 3 * d)
+            )
+            left = b.op(
+                "Reshape",
+                [b.op("MatMul", [c, zl_flat]), b.const(f"l{i}_shape_nar", np.array([0, a, r]))],
+                f"l{i}_left",
+            )  # c x_1 Z_L                                                               (N, a, r)
+            right = b.op(
+                "Reshape",
+                [b.op("MatMul", [c, zr_flat]), b.const(f"l{i}_shape_nrg", np.array([0, r, 3 * d]))],
+                f"l{i}_right",
+            )  # Z_R x_3 c                                                              (N, r, 3d)
+        out.append(_RowAdaptation(bias, left, right))
+    return out
+
+
+def _cols(b: _Builder, x: str, lo: int, hi: int, axis: str, hint: str) -> str:
+    """x[..., lo:hi, ...] along ``axis`` (a 1-element int64 initializer name)."""
+    start = b.const(f"slice_{lo}", np.array([lo], dtype=np.int64))
+    end = b.const(f"slice_{hi}", np.array([hi], dtype=np.int64))
+    return b.op("Slice", [x, start, end, axis], hint)
+
+
+def _low_rank(b: _Builder, x: str, left: str, right: str, k: _Consts, hint: str) -> str:
+    """(x left) right for x (N, in), left (N, in, r), right (N, r, out): (N, out)."""
+    x3 = b.op("Unsqueeze", [x, k.axis1], f"{hint}_x")  # (N, 1, in)
+    low = b.op("MatMul", [b.op("MatMul", [x3, left], f"{hint}_l"), right], f"{hint}_lr")
+    return b.op("Squeeze", [low, k.axis1], hint)  # (N, out)
+
+
 def _recurrence(
     b: _Builder,
     w: LSTMWeights,
@@ -387,12 +518,17 @@ def _recurrence(
     m0: str,
     select: Select,
     per_row: bool,
+    vector: Sequence[_RowAdaptation] | None = None,
 ) -> tuple[str, str, str]:
     """Input gates of layer 0 and the Scan over time: (h_top (N, T, d), h_T, m_T).
 
     ``select(builder, table, hint)`` picks the context's slice of a per-context table (C, ...);
     ``per_row`` says whether it keeps a row axis (N, ...) or gives one slice for every row.
+    ``vector`` (the vector form): each layer's b' and A's factors per row, the weights shared.
     """
+    rows = (
+        list(vector) if vector is not None else [_RowAdaptation(None, None, None)] * len(w.layers)
+    )
     d, n_layers = w.hidden_dim, w.num_layers
     e = w.embed_dim
 
@@ -405,11 +541,19 @@ def _recurrence(
         w_x = select(b, w_x, "l0_w_x_c")  # (e, 3d) | (N, e, 3d)
         w_h = select(b, w_h, "l0_w_h_c")  # (d, 3d) | (N, d, 3d)
     gx = b.op("MatMul", [emb, w_x], "l0_gx")  # (N, T, 3d), batched when per row
+    left_h = None  # the vector form's factor of the recurrent half (N, d, r)
+    if rows[0].left is not None and rows[0].right is not None:  # + (w left_x) right   (N, T, 3d)
+        left_x = _cols(b, rows[0].left, 0, e, k.axis1, "l0_left_x")  # (N, e, r)
+        left_h = _cols(b, rows[0].left, e, e + d, k.axis1, "l0_left_h")  # (N, d, r)
+        low = b.op("MatMul", [b.op("MatMul", [emb, left_x]), rows[0].right], "l0_gx_low")
+        gx = b.op("Add", [gx, low], "l0_gx_lr")
     bias0 = b.const("l0_b", first.bias)  # (3d,) | (C, 3d)
     if first.per_context_bias:
         bias0 = select(b, bias0, "l0_b_c")  # (3d,) | (N, 3d)
         if per_row:
             bias0 = b.op("Unsqueeze", [bias0, k.axis1], "l0_b_n13d")  # (N, 1, 3d)
+    elif rows[0].bias is not None:
+        bias0 = b.op("Unsqueeze", [rows[0].bias, k.axis1], "l0_b_n13d")  # (N, 1, 3d)
     gx = b.op("Add", [gx, bias0], "l0_gx_b")  # (N, T, 3d)
 
     # Weights of the upper layers, selected outside the loop when per context.
@@ -421,6 +565,8 @@ def _recurrence(
         bias = b.const(f"l{i}_b", layer.bias)
         if layer.per_context_bias:
             bias = select(b, bias, f"l{i}_b_c")  # (3d,) | (N, 3d)
+        elif rows[i].bias is not None:
+            bias = rows[i].bias  # (N, 3d)
         upper.append((wt, bias, layer.per_context_weight and per_row))
 
     # The time loop: one step of every layer.
@@ -436,11 +582,18 @@ def _recurrence(
         if i == 0:
             batched = first.per_context_weight and per_row
             rec = _times(body, h, w_h, batched, k, "l0_hw")  # h W'_h^T                (N, 3d)
+            if left_h is not None and rows[0].right is not None:  # + (h left_h) right
+                low = _low_rank(body, h, left_h, rows[0].right, k, "l0_hw_low")
+                rec = body.op("Add", [rec, low], "l0_hw_lr")
             gates = body.op("Add", [gx_t, rec], "l0_gates")  # (N, 3d)
         else:
             wt, bias, batched = upper[i - 1]
             xh = body.op("Concat", [below, h], f"l{i}_xh", axis=1)  # [h_{l-1}, h_l]  (N, 2d)
             gates = _times(body, xh, wt, batched, k, f"l{i}_xhw")  # (N, 3d)
+            left, right = rows[i].left, rows[i].right
+            if left is not None and right is not None:  # + (xh left) right
+                low = _low_rank(body, xh, left, right, k, f"l{i}_xhw_low")
+                gates = body.op("Add", [gates, low], f"l{i}_xhw_lr")
             gates = body.op("Add", [gates, bias], f"l{i}_gates")  # (N, 3d)
         if layer.ln_gain is not None and layer.ln_shift is not None:
             # Per-gate layer norm: (N, 3d) -> (N, 3, d), normalise each gate over its d units.
@@ -519,7 +672,13 @@ def _log_softmax(
     out_t = b.const("output_embedding_t", w.output_embedding.T.copy())  # (e, V)
     logits = b.op("MatMul", [h, out_t], "logits")  # (N, T, V)
     bias = b.const("output_bias", w.output_bias)  # (V,) | (C, V)
-    if w.output_bias.ndim == 2:
+    if w.adaptation is not None:  # the vector form: b_out + c Q^T per row            (N, V)
+        if context_id is None:
+            raise ValueError("the vector form needs the context_vector input")
+        q_t = b.const("Q_t", w.adaptation.Q.T.copy())  # (k, V)
+        rows = b.op("Add", [b.op("MatMul", [context_id, q_t], "cQ"), bias], "output_bias_rows")
+        bias = b.op("Unsqueeze", [rows, k.axis1], "output_bias_n1v")  # (N, 1, V)
+    elif w.output_bias.ndim == 2:
         rows = _per_row(b, bias, context_id, "output_bias_rows")  # (N, V)
         bias = b.op("Unsqueeze", [rows, k.axis1], "output_bias_n1v")  # (N, 1, V)
     logits = b.op("Add", [logits, bias], "logits_b")  # (N, T, V)
@@ -570,6 +729,11 @@ def _class_log_probs(b: _Builder, co: ClassOutputWeights, z: str, logits: str) -
 
 
 def _inputs(w: LSTMWeights, with_context: bool) -> tuple[list[onnx.ValueInfoProto], str | None]:
+    """The context input of a graph: context_id (N,) of a multi-context one, context_vector
+    (N, k) of the vector form (``with_context`` is then implied), or none."""
+    if w.adaptation is not None:
+        shape = ["N", w.adaptation.dim]
+        return [helper.make_tensor_value_info(VECTOR_INPUT, TensorProto.FLOAT, shape)], VECTOR_INPUT
     if w.num_contexts is not None and not with_context:
         raise ValueError(
             f"weights hold {w.num_contexts} contexts: build a multi-context graph (context_id)"
@@ -580,7 +744,8 @@ def _inputs(w: LSTMWeights, with_context: bool) -> tuple[list[onnx.ValueInfoProt
 
 
 def step_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
-    """The step model: (x, h0, c0 [, context_id]) -> (log_softmax, next_h0, next_c0)."""
+    """The step model: (x, h0, c0 [, context_id | context_vector]) -> (log_softmax, next_h0,
+    next_c0)."""
     extra, context_id = _inputs(w, with_context)
     b = _Builder(itertools.count())
     k = _Consts(b)
@@ -678,7 +843,8 @@ def _token_scores(
 
 
 def scorer_graph(w: LSTMWeights, with_context: bool = False) -> onnx.GraphProto:
-    """The sentence scorer: (x, x_lens [, context_id]) -> (token_logprobs, sentence_logprob)."""
+    """The sentence scorer: (x, x_lens [, context_id | context_vector]) -> (token_logprobs,
+    sentence_logprob)."""
     extra, context_id = _inputs(w, with_context)
     b = _Builder(itertools.count())
     k = _Consts(b)

@@ -2,12 +2,14 @@
 
 :func:`check_parity` runs the export with ONNX Runtime (CPU) and the model with PyTorch on the same
 random batches (batch sizes 1..4 by default, unequal lengths, random context ids for multi-context
-exports, random initial states for step models) and reports the largest absolute difference of
+exports, random context vectors, a row each, for the vector kinds, random initial states for step
+models) and reports the largest absolute difference of
 any output: log-probabilities, next states, per-token and per-sentence scores. An export in an
 ASR model's token ids (``token_ids`` = ``asr``) is fed that set's ids and compared through its
 tables (:mod:`lm_models.asr_tokens`), log 0 (the blank) where the model has no unit. The PyTorch
 side goes through ``ContextLSTM.forward`` / ``ContextLSTM.score`` with the context *records* (its
-own adaptation path), not through the folded weights the export was built from.
+own adaptation path), not through the folded weights the export was built from; for the vector
+kinds through ``ContextLSTM.adapt_embedding`` of the same vectors.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,6 +73,43 @@ def output_diff(a: np.ndarray, b: torch.Tensor | np.ndarray) -> float:
     return float(np.abs(a[finite] - b_np[finite]).max()) if finite.any() else 0.0
 
 
+def _vector_diff(
+    model: ContextLSTM,
+    session: Any,
+    meta: OnnxMeta,
+    n: int,
+    max_len: int,
+    rng: np.random.Generator,
+) -> float:
+    """A vector kind on ``n`` rows, each its own random context embedding (ReLU-like: >= 0)."""
+    v, layers, d = meta.vocab_size, meta.num_layers, meta.hidden_size
+    c = np.abs(rng.standard_normal((n, meta.context_dim))).astype(np.float32)
+    adapted = model.adapt_embedding(torch.from_numpy(c))
+    dtype = model.b_out.dtype
+    if meta.scorer:
+        words = rng.integers(0, max_len, n)
+        x = np.full((n, int(words.max()) + 2), meta.pad_id, dtype=np.int64)
+        x[:, 0] = meta.sos_id
+        for j, k in enumerate(words):
+            x[j, 1 : 1 + k] = rng.integers(3, v, k)
+            x[j, 1 + k] = meta.eos_id
+        lens = (words + 2).astype(np.int64)
+        tok, sent = session.run(None, {"x": x, "x_lens": lens, "context_vector": c})
+        log_probs, _ = model(torch.from_numpy(x[:, :-1]), None, adapted=adapted)
+        picked = log_probs.gather(2, torch.from_numpy(x[:, 1:]).unsqueeze(2)).squeeze(2)
+        valid = torch.arange(x.shape[1] - 1).unsqueeze(0) < torch.from_numpy(lens - 1).unsqueeze(1)
+        ref = torch.where(valid, picked, torch.zeros_like(picked))
+        return max(output_diff(tok, ref), output_diff(sent, ref.sum(dim=1)))
+    x = rng.integers(0, v, (n, int(rng.integers(1, max_len + 1)))).astype(np.int64)
+    h0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+    c0 = (rng.standard_normal((layers, n, d)) * 0.5).astype(np.float32)
+    feed = {"x": x, "h0": h0, "c0": c0, "context_vector": c}
+    log_probs, h, m = session.run(None, feed)
+    state = (torch.from_numpy(h0).to(dtype), torch.from_numpy(c0).to(dtype))
+    ref, (ref_h, ref_m) = model(torch.from_numpy(x), None, state, adapted=adapted)
+    return max(output_diff(log_probs, ref), output_diff(h, ref_h), output_diff(m, ref_m))
+
+
 def _asr_tokens(meta: OnnxMeta, path: Path) -> AsrTokens | None:
     """The ASR token set of an export in ASR ids (its vocabulary file), else None."""
     if meta.token_ids != "asr":
@@ -109,7 +149,9 @@ def check_parity(
     for n in batch_sizes:
         cids = rng.integers(0, len(meta.contexts), n) if meta.multi else np.zeros(n, np.int64)
         records = [meta.contexts[c] for c in cids] if model.adaptive else None
-        if meta.kind == SCORE_TOKEN_KIND:  # the next token after x's last position
+        if meta.vector:
+            worst = max(worst, _vector_diff(model, session, meta, n, max_len, rng))
+        elif meta.kind == SCORE_TOKEN_KIND:  # the next token after x's last position
             length = int(rng.integers(1, max_len + 1))
             x = (
                 rng.integers(0, v, (n, length)) if fed is None else rng.choice(fed, (n, length))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +20,20 @@ from export.format import (
     FORMAT,
     FORMAT_VERSION,
     KEY_BLANK_ID,
+    KEY_CONTEXT_DIM,
     KEY_CONTEXT_VARIABLES,
     KEY_CONTEXTS,
+    KEY_EXPECTED_VECTOR,
     KEY_FORMAT,
     KEY_FORMAT_VERSION,
     KEY_KIND,
     KEY_TOKEN_IDS,
+    KEY_VECTOR_FIELD,
     KEY_VOCAB_FILE,
     KINDS,
     SCORER_KINDS,
     TOKEN_IDS,
+    VECTOR_KINDS,
 )
 from rescorer.core.context_key import ContextField
 from rescorer.core.errors import InputError
@@ -68,10 +73,20 @@ class OnnxMeta:
     token_ids: str = "toolkit"
     # The ASR token set's blank id ("asr" exports), else None.
     blank_id: int | None = None
+    # The vector kinds: the width k of the context_vector input, the context-record field a
+    # vector is read from, and the vector of a record without one (the expected context).
+    context_dim: int = 0
+    vector_field: str = ""
+    expected_vector: tuple[float, ...] = ()
 
     @property
     def multi(self) -> bool:
         return self.kind.startswith("multi")
+
+    @property
+    def vector(self) -> bool:
+        """True for the kinds with a context_vector input (the context embedding per row)."""
+        return self.kind in VECTOR_KINDS
 
     @property
     def scorer(self) -> bool:
@@ -136,7 +151,29 @@ class OnnxMeta:
             raise ValueError(
                 f"{path}: metadata {KEY_TOKEN_IDS}: expected one of {TOKEN_IDS}, got {token_ids!r}"
             )
+        vector: dict[str, Any] = {}
+        if kind in VECTOR_KINDS:
+            dim = integer(KEY_CONTEXT_DIM)
+            expected = parsed(KEY_EXPECTED_VECTOR)
+            ok = isinstance(expected, list) and len(expected) == dim >= 1
+            if not ok or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                for x in expected
+            ):
+                raise ValueError(
+                    f"{path}: metadata {KEY_EXPECTED_VECTOR}: expected {dim} finite numbers "
+                    f"({KEY_CONTEXT_DIM}), got {props[KEY_EXPECTED_VECTOR][:80]!r}"
+                )
+            field = get(KEY_VECTOR_FIELD)
+            if not field:
+                raise ValueError(f"{path}: metadata {KEY_VECTOR_FIELD}: expected a field name")
+            vector = {
+                "context_dim": dim,
+                "vector_field": field,
+                "expected_vector": tuple(float(x) for x in expected),
+            }
         return cls(
+            **vector,
             token_ids=token_ids,
             blank_id=integer(KEY_BLANK_ID) if token_ids == "asr" else None,
             kind=kind,

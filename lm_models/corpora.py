@@ -8,7 +8,8 @@ A document is an id, a tuple of tokenised sentences and a mapping of context fie
 :func:`read_brown`  Brown corpus folder (``cats.txt`` + 500 ``word/tag`` files), field ``genre``
 :func:`read_agnews` AG News CSV (class 1-4, title, description), field ``topic``
 :func:`read_dbpedia` DBpedia subset CSV (0-based class, text), field ``class``
-:func:`read_plain`  whitespace-tokenised text, one sentence per line
+:func:`read_plain`  whitespace-tokenised text, one sentence per line (documents: lines,
+                    blank-line separated blocks, or the file)
 :func:`read_jsonl`  ``{"id": ..., "text": ..., "fields": {...}}`` per line
 ==================  ====================================================================
 
@@ -525,33 +526,46 @@ def read_dbpedia(
 # --- generic formats ---------------------------------------------------------------------------
 
 
+PLAIN_DOCUMENTS = ("line", "block", "file")
+"""What a document of :func:`read_plain` is: a line, a run of lines between blank lines, a file."""
+
+
 def read_plain(
     path: str | Path,
     fields: Mapping[str, str] | None = None,
     *,
-    per: Literal["line", "file"] = "line",
+    per: Literal["line", "block", "file"] = "line",
     lower: bool = False,
 ) -> list[Document]:
     """Already tokenised text, one sentence per line, words split on whitespace.
 
     ``per="line"``: one Document per non-blank line, ``doc_id`` ``<stem>-<line>``;
+    ``per="block"``: one Document per run of non-blank lines (blank lines separate documents:
+    paragraphs, chapters or books), ``doc_id`` ``<stem>-<its first line>``;
     ``per="file"``: one Document (``doc_id`` the file stem) holding every non-blank line.
     Every Document gets ``fields``. Words are lower-cased only when ``lower``.
     """
-    if per not in ("line", "file"):
-        raise ValueError(f"per must be 'line' or 'file', got {per!r}")
+    if per not in PLAIN_DOCUMENTS:
+        raise ValueError(f"per must be one of {PLAIN_DOCUMENTS}, got {per!r}")
     path = Path(path)
     fields = dict(fields or {})
     docs: list[Document] = []
     sentences: list[list[str]] = []
+    first = 0  # line of the block's first sentence
     for lineno, line in read_lines(path):
         words = (line.lower() if lower else line).split()
         if not words:
+            if per == "block" and sentences:
+                docs.append(Document(f"{path.stem}-{first}", sentences, fields))  # type: ignore[arg-type]
+                sentences = []
             continue
         if per == "line":
             docs.append(Document(f"{path.stem}-{lineno}", [words], fields))  # type: ignore[list-item]
         else:
+            first = first if sentences else lineno
             sentences.append(words)
+    if per == "block" and sentences:
+        docs.append(Document(f"{path.stem}-{first}", sentences, fields))  # type: ignore[arg-type]
     if per == "file":
         docs.append(Document(path.stem, sentences, fields))  # type: ignore[arg-type]
     return docs

@@ -2,9 +2,11 @@
 decoder that attends to one context vector.
 
 * :mod:`~lm_models.cue.model` -- sentence LM, context encoder, decoder, proxy auto-encoder.
-* :mod:`~lm_models.cue.encoders` -- the pretrained string embedders (all-MiniLM-L6-v2, hashing).
 * :mod:`~lm_models.cue.train` -- the family's training stages.
 * :mod:`~lm_models.cue.shards` -- training data read from a shard folder, one shard at a time.
+
+The frozen string encoders are shared with the LSTM family's text context variables:
+:mod:`lm_models.text_encoders`.
 
 Importing the package registers its checkpoint types (:mod:`lm_models.checkpoint`).
 """

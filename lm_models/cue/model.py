@@ -7,7 +7,7 @@ A modular context-aware LM in three parts (Figure 1 of the paper):
   context and then frozen. Its hidden states, before its own softmax, are the decoder's inputs.
 - **Context encoder** (section 3.1, :class:`ContextEncoder`): each contextual signal is an English
   string ("genre: news", "previous sentence: ..."), embedded by a frozen pretrained encoder
-  (:mod:`lm_models.cue.encoders`; the vectors come in precomputed), then
+  (:mod:`lm_models.text_encoders`; the vectors come in precomputed), then
 
       g_k = FFN(enc(c_k))                         (eq. 2)
       E = TransformerEncoder(G)                   (eq. 3, no positional encoding: order-invariant)
@@ -123,7 +123,7 @@ class CUEConfig:
     decoder: str = "transformer"
     # False: the decoder sees no sentence-encoder states, only a constant (Table 4's last row).
     sentence_inputs: bool = True
-    # Spec of the frozen string encoder (lm_models.cue.encoders.make_embedder) and its width.
+    # Spec of the frozen string encoder (lm_models.text_encoders.make_embedder) and its width.
     embedder: str = "minilm"
     context_dim: int = 384
     # Context transformer blocks and heads (eq. 3); False = plain mean of the g_k (Table 4).
@@ -577,8 +577,8 @@ class CUELM:
 
     @property
     def cache(self) -> Any:
-        """The :class:`lm_models.cue.encoders.VectorCache` of context strings."""
-        from lm_models.cue.encoders import VectorCache, make_embedder
+        """The :class:`lm_models.text_encoders.VectorCache` of context strings."""
+        from lm_models.text_encoders import VectorCache, make_embedder
 
         if self._cache is None:
             if self._embedder is None:

@@ -20,7 +20,7 @@ Stages (Novotney et al. 2022), each a function below:
   so their features are deterministic); frozen modules get no gradient and no optimiser state.
 
 Data come in as :class:`CUEData`: word ids per sentence and, per sentence, row ids into a table
-of precomputed string vectors (:class:`lm_models.cue.encoders.VectorCache`), so the
+of precomputed string vectors (:class:`lm_models.text_encoders.VectorCache`), so the
 pretrained encoder runs once per distinct string. Optimisation follows section 6.1 of the paper:
 AdamW with a one-cycle learning-rate schedule and gradient clipping; batches hold up to
 ``max_tokens`` target tokens of sentences of similar length. After each epoch the dev

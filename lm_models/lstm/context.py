@@ -2,10 +2,12 @@
 
 A *context* is a record of named fields, e.g. ``{"genre": "news", "geo": (47.6, -122.3)}``. A
 model declares its fields as :class:`ContextVariable` objects: categorical ones (a closed set of
-value names) and numerical ones (a fixed number of floats). :class:`ContextEncoder` turns a batch
-of such records into the context embedding ``c in R^k``:
+value names), numerical ones (a fixed number of floats) and text ones (a string, e.g. the
+previous sentences, turned into a fixed vector by a frozen string encoder). :class:`ContextEncoder`
+turns a batch of such records into the context embedding ``c in R^k``:
 
-    x = [emb_1(f_1), ..., emb_n(f_n)]      categorical values embedded, numerical used as given
+    x = [emb_1(f_1), ..., emb_n(f_n)]      categorical values embedded, numerical used as given,
+                                           text embedded by its frozen encoder
     c = ReLU(P x + p)                      one feed-forward layer with a ReLU (section 2.1;
                                            ``activation="none"``: c = P x + p, as the
                                            authors' code for a single variable)
@@ -26,6 +28,15 @@ Missing values (the paper's conclusion: "use the expected value for the missing 
   stored, so the expectation of ``c`` cannot be enumerated). Each NaN component is replaced by the
   matching component of the mean.
 
+* A missing *text* variable (no field, or an empty string) is a numerical one with every
+  component missing: its training mean vector.
+
+A text variable names its encoder by a spec of :func:`lm_models.text_encoders.make_embedder`
+(``hash:256``, ``minilm``, ...), kept in the checkpoint's config.json as data with the vectors'
+width and training mean; the encoder is frozen and not part of the model's weights. Vectors are
+cached per distinct string (:func:`text_vectors`), so the hypotheses of an utterance, or the
+sentences sharing a previous text, embed it once.
+
 The downstream adaptation (FactorCell ``A``, ConcatCell ``Vc``, softmax bias ``Qc``) is then
 computed from that expected ``c``; see :mod:`lm_models.lstm.model`.
 """
@@ -40,16 +51,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lm_models.text_encoders import VectorCache, make_embedder
 from rescorer.core.json_input import json_fields
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("categorical", "numerical")
+KINDS = ("categorical", "numerical", "text")
 MISSING_ID = -1  # value id of a missing categorical value in an encoded batch
+# Distinct strings a text encoder's vector cache holds before it is emptied and starts again
+# (training draws new noisy previous texts every epoch; scoring needs one per utterance).
+TEXT_CACHE_STRINGS = 200_000
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]*$")
 # Elements of the (rows x combinations x k) tensor built at once when enumerating missing values.
 _ENUM_CHUNK_ELEMENTS = 1 << 22
@@ -61,17 +77,21 @@ ContextBatch = dict[str, Tensor]
 class ContextVariable:
     """One named context field, as a checkpoint declares it.
 
-    Build one with :meth:`categorical` or :meth:`numerical`, or directly with keyword arguments.
+    Build one with :meth:`categorical`, :meth:`numerical` or :meth:`text`, or directly with
+    keyword arguments.
     """
 
     name: str  # field name in context records; letters, digits, "_" and "-"
-    kind: str  # "categorical" | "numerical"
+    kind: str  # "categorical" | "numerical" | "text"
     values: tuple[str, ...] = ()  # categorical: the value set, in id order
     counts: tuple[int, ...] = ()  # categorical: training frequency of each value; () = uniform
     embed_dim: int = 0  # categorical: size of the value embedding
-    dim: int = 0  # numerical: how many numbers (e.g. 2 for latitude/longitude)
-    mean: tuple[float, ...] = ()  # numerical: training mean of each number; () = zeros
+    dim: int = 0  # numerical: how many numbers (e.g. 2 for latitude/longitude); text: vector width
+    mean: tuple[float, ...] = ()  # numerical, text: training mean of each number; () = zeros
     one_hot_bias: bool = False  # categorical: learn a direct softmax bias per value (sec. 2.3)
+    # text: the frozen string encoder's spec (lm_models.text_encoders.make_embedder), e.g.
+    # "hash:256" or "minilm"; its vectors are `dim` wide.
+    encoder: str = ""
 
     def __post_init__(self) -> None:
         def bad(what: str) -> ValueError:
@@ -107,7 +127,9 @@ class ContextVariable:
             if not isinstance(self.embed_dim, int) or self.embed_dim < 1:
                 raise bad(f"embed_dim must be a positive integer, got {self.embed_dim!r}")
             if self.dim != 0 or self.mean:
-                raise bad("dim and mean are for numerical variables only")
+                raise bad("dim and mean are for numerical and text variables only")
+            if self.encoder:
+                raise bad("encoder is for text variables only")
         else:
             if not isinstance(self.dim, int) or self.dim < 1:
                 raise bad(f"dim must be a positive integer, got {self.dim!r}")
@@ -119,6 +141,13 @@ class ContextVariable:
                 raise bad(f"mean must be finite, got {self.mean!r}")
             if self.values or self.counts or self.embed_dim or self.one_hot_bias:
                 raise bad("values, counts, embed_dim and one_hot_bias are for categorical only")
+            if self.kind == "text" and (not isinstance(self.encoder, str) or not self.encoder):
+                raise bad(
+                    "a text variable needs its string encoder's spec, e.g. encoder='hash:256' "
+                    "or 'minilm'"
+                )
+            if self.kind == "numerical" and self.encoder:
+                raise bad("encoder is for text variables only")
 
     @classmethod
     def categorical(
@@ -145,6 +174,13 @@ class ContextVariable:
     ) -> ContextVariable:
         return cls(name=name, kind="numerical", dim=dim, mean=tuple(mean or ()))
 
+    @classmethod
+    def text(
+        cls, name: str, encoder: str, dim: int, mean: Sequence[float] | None = None
+    ) -> ContextVariable:
+        """A string field embedded by the frozen encoder ``encoder`` into ``dim`` numbers."""
+        return cls(name=name, kind="text", dim=dim, mean=tuple(mean or ()), encoder=encoder)
+
     @property
     def input_dim(self) -> int:
         """Width of this variable's block in the concatenated encoder input."""
@@ -154,7 +190,7 @@ class ContextVariable:
     def probabilities(self) -> tuple[float, ...]:
         """Training distribution over values: counts normalised, or uniform without counts."""
         if self.kind != "categorical":
-            raise ValueError(f"context variable {self.name!r} is numerical: no value distribution")
+            raise ValueError(f"context variable {self.name!r} is {self.kind}: no distribution")
         if not self.counts:
             return (1.0 / len(self.values),) * len(self.values)
         total = sum(self.counts)
@@ -184,6 +220,8 @@ class ContextVariable:
             )
         else:
             out.update(dim=self.dim, mean=list(self.mean))
+            if self.kind == "text":
+                out.update(encoder=self.encoder)
         return out
 
     @classmethod
@@ -197,30 +235,74 @@ def _value_index(values: tuple[str, ...]) -> dict[str, int]:
     return {v: i for i, v in enumerate(values)}
 
 
+_TEXT_CACHES: dict[tuple[str, str], VectorCache] = {}
+
+
+def text_encoder(spec: str, device: str = "cpu") -> VectorCache:
+    """The process's vector cache of the frozen string encoder ``spec`` on ``device`` (built on
+    first use, :func:`lm_models.text_encoders.make_embedder`)."""
+    key = (spec, device)
+    cache = _TEXT_CACHES.get(key)
+    if cache is None:
+        cache = _TEXT_CACHES[key] = VectorCache(make_embedder(spec, device))
+    return cache
+
+
+def clear_text_caches() -> None:
+    """Forget every text encoder and cached vector of the process (benchmarks: a cold start)."""
+    _TEXT_CACHES.clear()
+
+
+def text_vectors(var: ContextVariable, texts: Sequence[str], device: str = "cpu") -> np.ndarray:
+    """(len(texts), dim) float32: the text variable's frozen encoder applied to ``texts``.
+
+    One encoder and vector cache per (spec, device) in the process, shared by every model that
+    names the spec; a cache past :data:`TEXT_CACHE_STRINGS` strings is emptied and starts again.
+    The encoder is built on first use; a width other than the variable's ``dim`` is a
+    ValueError (a checkpoint trained with another encoder).
+    """
+    if var.kind != "text":
+        raise ValueError(f"context variable {var.name!r} is {var.kind}, not text")
+    cache = text_encoder(var.encoder, device)
+    if cache.embedder.dim != var.dim:
+        raise ValueError(
+            f"context variable {var.name!r}: encoder {var.encoder!r} gives "
+            f"{cache.embedder.dim}-dim vectors, the variable declares dim={var.dim}"
+        )
+    if len(cache) + len(texts) > TEXT_CACHE_STRINGS:
+        cache.clear()
+    return cache.vectors(texts)
+
+
 def encode_records(
     variables: Sequence[ContextVariable],
     records: Sequence[Mapping[str, object] | None],
     *,
     ignore_unknown_fields: bool = False,
+    text_device: str = "cpu",
 ) -> ContextBatch:
     """Turn context records into the tensor batch that :class:`ContextEncoder` reads.
 
     Returns ``{name: LongTensor (N,)}`` for categorical variables (``-1`` = missing) and
-    ``{name: FloatTensor (N, dim)}`` for numerical ones (``NaN`` = missing). A record that is
-    ``None``, a field that is absent, ``None`` or ``""`` is missing. Categorical values are value
-    names (ints are accepted as their decimal string); numerical values are a number or a
-    sequence of ``dim`` numbers (strings are parsed). An unknown value raises ValueError naming
-    the variable and its known values; so does a field the model does not know, unless
-    ``ignore_unknown_fields``.
+    ``{name: FloatTensor (N, dim)}`` for numerical and text ones (``NaN`` = missing). A record
+    that is ``None``, a field that is absent, ``None`` or ``""`` (or, for text, only spaces) is
+    missing. Categorical values are value names (ints are accepted as their decimal string);
+    numerical values are a number or a sequence of ``dim`` numbers (strings are parsed); text
+    values are strings, embedded by the variable's encoder (:func:`text_vectors`, on
+    ``text_device``). An unknown value raises ValueError naming the variable and its known
+    values; so does a field the model does not know, unless ``ignore_unknown_fields``.
     """
     known = {v.name for v in variables}
     n = len(records)
     batch: ContextBatch = {}
+    texts: dict[str, tuple[list[int], list[str]]] = {}  # text variable -> (rows, strings)
     for var in variables:
         if var.kind == "categorical":
             batch[var.name] = torch.full((n,), MISSING_ID, dtype=torch.long)
         else:
             batch[var.name] = torch.full((n, var.dim), float("nan"), dtype=torch.float32)
+        if var.kind == "text":
+            texts[var.name] = ([], [])
     for row, record in enumerate(records):
         if record is None:
             continue
@@ -242,8 +324,22 @@ def encode_records(
                 continue
             if var.kind == "categorical":
                 batch[var.name][row] = var.value_id(value)
+            elif var.kind == "text":
+                if not isinstance(value, str):
+                    raise ValueError(
+                        f"context variable {var.name!r}: expected a string, got "
+                        f"{type(value).__name__} {value!r:.40}"
+                    )
+                if value.strip():
+                    texts[var.name][0].append(row)
+                    texts[var.name][1].append(value)
             else:
                 batch[var.name][row] = torch.tensor(_numbers(var, value), dtype=torch.float32)
+    for var in variables:
+        rows, strings = texts.get(var.name, ((), ()))
+        if rows:
+            vectors = torch.from_numpy(text_vectors(var, strings, text_device))
+            batch[var.name][torch.tensor(rows, dtype=torch.long)] = vectors
     return batch
 
 
@@ -303,7 +399,7 @@ class ContextEncoder(nn.Module):
             start += v.input_dim
         self._offsets = offsets
         for v in self.variables:
-            if v.kind == "numerical":
+            if v.kind != "categorical":  # numerical and text: the training mean
                 self.register_buffer(f"_mean_{v.name}", torch.tensor(v.mean), persistent=False)
         with torch.no_grad():
             for emb in self.embeddings:
@@ -315,8 +411,15 @@ class ContextEncoder(nn.Module):
         *,
         ignore_unknown_fields: bool = False,
     ) -> ContextBatch:
-        """See the module-level :func:`encode_records`."""
-        return encode_records(self.variables, records, ignore_unknown_fields=ignore_unknown_fields)
+        """See the module-level :func:`encode_records` (text embedded on this encoder's device
+        when it is a GPU)."""
+        device = self.proj.weight.device
+        return encode_records(
+            self.variables,
+            records,
+            ignore_unknown_fields=ignore_unknown_fields,
+            text_device="cpu" if device.type == "cpu" else str(device),
+        )
 
     def batch_size(self, batch: Mapping[str, Tensor] | None, default: int | None = None) -> int:
         """Rows in an encoded batch (``default`` when it is None or empty)."""

@@ -11,6 +11,14 @@ A config's ``data`` section names the data in one of three ways:
   vocabulary and context variables come from one streaming pass over the shards, and training
   reads one shard at a time (:meth:`PreparedData.train_parts`).
 
+A ``previous`` section adds a text context variable derived from the corpus itself: for each
+sentence, the words of the sentences before it in its document (:mod:`lm_models.context_text`),
+optionally with ASR-like word errors drawn anew every epoch, embedded by a frozen string
+encoder (:mod:`lm_models.lstm.context`, kind ``text``). It is the training form of the
+``previous`` field that ``rescorer context build --previous K`` writes for an N-best set. A
+plain-text corpus needs documents of several sentences for it: ``plain_documents`` ``block``
+(blank lines between documents) or ``file``.
+
 Under torchrun (:mod:`lm_models.distributed`) every process builds the same vocabulary and
 context variables from the whole training data and keeps only its share of the training
 examples: every N-th training document (in memory; the corpus is read whole once, then the
@@ -24,14 +32,16 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from lm_models.asr_tokens import AsrTokens, load_token_set
 from lm_models.batching import Example
+from lm_models.context_text import FIXED_EPOCH, WordNoise, WordSampler, previous_texts
 from lm_models.corpora import (
+    PLAIN_DOCUMENTS,
     Document,
     read_agnews,
     read_brown,
@@ -42,7 +52,7 @@ from lm_models.corpora import (
 )
 from lm_models.corpus_shards import ShardStream, check_training_data
 from lm_models.distributed import ONE_PROCESS, World, broadcast_object, counted_shards, share
-from lm_models.lstm.context import ContextVariable
+from lm_models.lstm.context import ContextVariable, text_encoder
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.training import options_from_json
 from lm_models.vocab import EOS_ID, UNK_ID, Vocabulary, counted_vocabulary
@@ -52,6 +62,46 @@ logger = logging.getLogger(__name__)
 
 SHARD_CORPORA = {"plain": "text", "jsonl": "jsonl"}  # corpus reader -> kind of its shards
 RATIO_RECORDS = 256  # distinct training contexts the adaptation ratio is measured over
+# Training sentences whose derived texts give a text variable's mean vector (a sample: the mean
+# is only the value of a missing text, and embedding is the slow part with a pretrained encoder).
+MEAN_SAMPLE = 4096
+
+
+@dataclass(frozen=True)
+class PreviousText:
+    """A text context variable derived from the sentences before each sentence in its document."""
+
+    # Name of the derived field and of its context variable ("previous", the field that
+    # `rescorer context build` writes for the N-best lists it is scored with).
+    field: str = "previous"
+    # How many earlier sentences of the same document (the most recent ones, oldest first).
+    sentences: int = 3
+    # The frozen string encoder of the text (lm_models.text_encoders.make_embedder spec:
+    # "hash:DIM", "minilm", "st:PATH", "hf:PATH"); not trained, not in the weights.
+    encoder: str = "hash:256"
+    # ASR-like word errors injected into the derived text (lm_models.context_text.WordNoise:
+    # substitution, deletion, insertion rates per word and a seed), drawn anew every training
+    # epoch and once for the dev data; None: the clean text.
+    noise: WordNoise | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.noise, Mapping):
+            object.__setattr__(
+                self, "noise", options_from_json(WordNoise, self.noise, "data.previous.noise")
+            )
+        k = self.sentences
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise ValueError(f"data.previous.sentences: expected an integer >= 1, got {k!r}")
+        if not isinstance(self.encoder, str) or not self.encoder:
+            raise ValueError(
+                "data.previous.encoder: expected a string encoder's spec (hash:DIM, minilm, ...)"
+            )
+        # The name rules of context variables (a ValueError naming the field).
+        ContextVariable.text(self.field, self.encoder, 1)
+
+    def texts(self, doc: Document, sampler: WordSampler | None, epoch: int) -> list[str | None]:
+        """The derived text of each sentence of ``doc`` (None: no earlier sentence)."""
+        return previous_texts(doc, self.sentences, self.noise, sampler, epoch)
 
 
 @dataclass(frozen=True)
@@ -91,6 +141,13 @@ class DataConfig:
     # to the data folder unless absolute; vocab_size, min_count and tokenizer are then unused.
     tokens: str | None = None
     bpe_model: str | None = None
+    # Documents of a plain-text corpus: "line" (each line its own), "block" (runs of lines
+    # between blank lines: paragraphs, chapters, books) or "file" (the whole file). Documents of
+    # several sentences are what a `previous` text context is derived within.
+    plain_documents: str = "line"
+    # A text context variable derived from the sentences before each sentence in its document,
+    # with optional ASR-like noise (PreviousText); None: none.
+    previous: PreviousText | None = None
 
     def with_train_shards(self, shards: str | Path) -> DataConfig:
         """This data section training on the shard folder ``shards`` instead of ``path``."""
@@ -109,6 +166,29 @@ class DataConfig:
             object.__setattr__(self, "tokenizer", tok)
         object.__setattr__(self, "context_fields", tuple(self.context_fields))
         object.__setattr__(self, "split", tuple(self.split))
+        if isinstance(self.previous, Mapping):
+            prev = options_from_json(PreviousText, self.previous, "data.previous")
+            object.__setattr__(self, "previous", prev)
+        if self.plain_documents not in PLAIN_DOCUMENTS:
+            raise ValueError(
+                f"data.plain_documents: expected one of {PLAIN_DOCUMENTS}, got "
+                f"{self.plain_documents!r}"
+            )
+        if self.plain_documents != "line" and self.corpus != "plain":
+            raise ValueError(
+                f"data.plain_documents is for corpus 'plain'; corpus {self.corpus!r} reads its "
+                "own documents"
+            )
+        if self.plain_documents != "line" and self.train_shards is not None:
+            raise ValueError(
+                "data.plain_documents 'block'/'file' with train_shards: text shards keep no "
+                "blank lines or file bounds; shard a JSONL corpus (a document per line) instead"
+            )
+        if self.previous is not None and self.previous.field in self.context_fields:
+            raise ValueError(
+                f"data.previous.field {self.previous.field!r} is also in context_fields; give "
+                "the derived text another name"
+            )
         if self.asr_units and self.tokenizer is not None:
             raise ValueError(
                 "data.tokens / data.bpe_model take the ASR model's token set and data.tokenizer "
@@ -128,7 +208,7 @@ CORPUS_READERS: dict[str, Callable[[Path, DataConfig], list[Document]]] = {
     "brown": lambda p, c: read_brown(p),
     "agnews": lambda p, c: read_agnews(p, max_len=c.max_len),
     "dbpedia": lambda p, c: read_dbpedia(p, max_len=c.max_len),
-    "plain": lambda p, c: read_plain(p),
+    "plain": lambda p, c: read_plain(p, per=c.plain_documents),  # type: ignore[arg-type]
     "jsonl": lambda p, c: read_jsonl(p, max_len=c.max_len),
 }
 
@@ -158,13 +238,39 @@ def read_corpus(path: Path, dc: DataConfig) -> list[Document]:
 
 
 def context_record(doc: Document, variables: Sequence[ContextVariable]) -> dict[str, Any] | None:
-    """The document's context; a value unseen in training is missing (expected embedding)."""
+    """The document's categorical context; a value unseen in training is missing (expected
+    embedding). Text variables are per sentence (:func:`sentence_records`)."""
     if not variables:
         return None
     return {
         v.name: (doc.fields.get(v.name) if doc.fields.get(v.name) in v.values else None)
         for v in variables
+        if v.kind == "categorical"
     }
+
+
+@dataclass(frozen=True)
+class DerivedText:
+    """The derived text field of one pass over the data: which field, and the noise's epoch."""
+
+    # The field and how it is derived.
+    previous: PreviousText
+    # Draws substitutes and insertions (None without noise).
+    sampler: WordSampler | None
+    # The epoch whose noise is drawn (FIXED_EPOCH for dev data).
+    epoch: int = FIXED_EPOCH
+
+
+def sentence_records(
+    doc: Document, variables: Sequence[ContextVariable], derived: DerivedText | None
+) -> list[dict[str, Any] | None]:
+    """The context record of each sentence of ``doc``: its document's, plus the derived text."""
+    record = context_record(doc, variables)
+    if derived is None:
+        return [record] * len(doc.sentences)
+    texts = derived.previous.texts(doc, derived.sampler, derived.epoch)
+    field = derived.previous.field
+    return [{**(record or {}), field: text} for text in texts]
 
 
 def examples_of(
@@ -172,11 +278,12 @@ def examples_of(
     vocab: Vocabulary,
     variables: Sequence[ContextVariable],
     tokenizer: SubwordTokenizer | None = None,
+    derived: DerivedText | None = None,
 ) -> list[Example]:
     out = []
     for doc in docs:
-        record = context_record(doc, variables)
-        for sentence in doc.sentences:
+        records = sentence_records(doc, variables, derived)
+        for sentence, record in zip(doc.sentences, records, strict=True):
             units = sentence if tokenizer is None else tokenizer.encode(sentence)
             inputs, targets = vocab.encode_sentence(units)
             out.append(Example(tuple(inputs), tuple(targets), record))
@@ -187,11 +294,17 @@ def distinct_records(
     examples: Sequence[Example], limit: int = RATIO_RECORDS
 ) -> list[Mapping[str, Any] | None]:
     """Up to ``limit`` distinct context records of ``examples`` (first seen first)."""
+    return _distinct((e.record for e in examples), limit)
+
+
+def _distinct(
+    records: Iterable[Mapping[str, Any] | None], limit: int
+) -> list[Mapping[str, Any] | None]:
     seen: dict[str, Mapping[str, Any] | None] = {}
-    for example in examples:
-        key = json.dumps(example.record, sort_keys=True, default=str)
+    for record in records:
+        key = json.dumps(record, sort_keys=True, default=str)
         if key not in seen:
-            seen[key] = example.record
+            seen[key] = record
             if len(seen) >= limit:
                 break
     return list(seen.values())
@@ -214,10 +327,17 @@ class CorpusCounts:
     # Distinct context-field values of documents with sentences, first seen first (at most
     # RATIO_RECORDS): the contexts the adaptation ratio is measured over.
     contexts: list[tuple[str | None, ...]] = field(default_factory=list)
+    # The first documents of several sentences, kept until they hold `sample` sentences: what
+    # a derived text variable's mean vector is estimated from.
+    sample: list[Document] = field(default_factory=list)
 
-    def add(self, docs: Sequence[Document], fields: Sequence[str]) -> None:
+    def add(self, docs: Sequence[Document], fields: Sequence[str], sample: int = 0) -> None:
         seen = set(self.contexts)
+        kept = sum(len(d.sentences) for d in self.sample)
         for doc in docs:
+            if kept < sample and len(doc.sentences) > 1:
+                self.sample.append(doc)
+                kept += len(doc.sentences)
             self.documents += 1
             for sentence in doc.sentences:
                 self.words.update(sentence)
@@ -232,11 +352,14 @@ class CorpusCounts:
                 self.contexts.append(key)
 
     @classmethod
-    def merged(cls, parts: Sequence[CorpusCounts]) -> CorpusCounts:
+    def merged(cls, parts: Sequence[CorpusCounts], sample: int = MEAN_SAMPLE) -> CorpusCounts:
         """The counts of several parts (the processes' shards) together, parts in order."""
         out = cls()
         seen: set[tuple[str | None, ...]] = set()
         for part in parts:
+            for doc in part.sample:
+                if sum(len(d.sentences) for d in out.sample) < sample:
+                    out.sample.append(doc)
             out.words.update(part.words)
             out.sentences += part.sentences
             out.documents += part.documents
@@ -275,11 +398,52 @@ class CorpusCounts:
             )
         return variables
 
-    def records(self, variables: Sequence[ContextVariable]) -> list[Mapping[str, Any] | None]:
-        """The counted contexts as context records (none without variables)."""
+    def text_variable(self, previous: PreviousText) -> tuple[ContextVariable, WordSampler | None]:
+        """The derived text's context variable, its mean the mean vector of the sample's texts
+        (one fixed noise draw), and the sampler of its noise (None without noise)."""
+        sampler = None
+        if previous.noise is not None and previous.noise.active:
+            sampler = WordSampler(self.words)
+        texts = [t for doc in self.sample for t in previous.texts(doc, sampler, FIXED_EPOCH) if t][
+            :MEAN_SAMPLE
+        ]
+        if not texts:
+            raise ValueError(
+                f"data.previous: no training sentence has an earlier one in its document, so "
+                f"the derived text {previous.field!r} is always missing; give documents of "
+                "several sentences (corpus 'plain' with plain_documents 'block' or 'file', or a "
+                "JSONL document per line)"
+            )
+        cache = text_encoder(previous.encoder)
+        vectors = cache.vectors(texts)
+        mean = vectors.astype("float64").mean(axis=0)
+        logger.info(
+            "text context %r: the %d previous sentence(s), encoder %s (%d dims), mean over %d "
+            "training texts%s",
+            previous.field,
+            previous.sentences,
+            previous.encoder,
+            cache.embedder.dim,
+            len(texts),
+            "" if sampler is None else f", noise {previous.noise}",
+        )
+        var = ContextVariable.text(
+            previous.field, previous.encoder, cache.embedder.dim, mean.tolist()
+        )
+        return var, sampler
+
+    def records(
+        self, variables: Sequence[ContextVariable], derived: DerivedText | None = None
+    ) -> list[Mapping[str, Any] | None]:
+        """The counted contexts as context records (none without variables); with a derived
+        text, the sample's sentences' records instead (their distinct texts)."""
         if not variables:
             return [None] if self.contexts else []
-        return [dict(zip((v.name for v in variables), key, strict=True)) for key in self.contexts]
+        if derived is not None:
+            records = (r for d in self.sample for r in sentence_records(d, variables, derived))
+            return _distinct(records, RATIO_RECORDS)
+        names = [v.name for v in variables if v.kind == "categorical"]
+        return [dict(zip(names, key, strict=True)) for key in self.contexts]
 
 
 # -- the prepared data ------------------------------------------------------------------------
@@ -306,16 +470,30 @@ class PreparedData:
     # The training corpus streamed from this process's shards, read as documents (None:
     # `train` holds this process's examples).
     stream: ShardStream[list[Document]] | None = None
+    # The derived text field (data.previous) and its noise's sampler; None without one.
+    derived: DerivedText | None = None
+    # This process's training documents in memory when the derived text is noisy: each
+    # epoch's records are derived from them anew (`train` keeps the examples' units).
+    train_docs: tuple[Document, ...] = ()
 
-    def train_parts(self, seed: int) -> Iterator[tuple[int, list[Example]]]:
+    def train_parts(
+        self, seed: int, epoch: int = FIXED_EPOCH
+    ) -> Iterator[tuple[int, list[Example]]]:
         """This process's training examples as ``(part, examples)``: all in one part (0) in
         memory, or one part per shard, the shards in an order drawn with ``seed``, one shard
-        read and encoded at a time."""
+        read and encoded at a time. A noisy derived text is drawn for ``epoch``."""
+        derived = None if self.derived is None else replace(self.derived, epoch=epoch)
         if self.stream is None:
-            yield 0, list(self.train)
+            if not self.train_docs or derived is None:
+                yield 0, list(self.train)
+                return
+            records = [
+                r for d in self.train_docs for r in sentence_records(d, self.context_vars, derived)
+            ]
+            yield 0, [replace(e, record=r) for e, r in zip(self.train, records, strict=True)]
             return
         for shard, docs in self.stream.parts(seed):
-            examples = examples_of(docs, self.vocab, self.context_vars, self.tokenizer)
+            examples = examples_of(docs, self.vocab, self.context_vars, self.tokenizer, derived)
             del docs  # only the examples of one shard are held
             yield shard, examples
             del examples
@@ -350,7 +528,7 @@ def prepare_data(
         train, dev, test = docs, _read_dev(dc, data_dir), []
     del docs
     counts = CorpusCounts()
-    counts.add(train, dc.context_fields)
+    counts.add(train, dc.context_fields, MEAN_SAMPLE if dc.previous is not None else 0)
     asr = None
     if dc.asr_units:
         asr, tokenizer, vocab = asr_vocabulary(
@@ -363,7 +541,7 @@ def prepare_data(
         if dc.tokenizer is None:
             tokenizer = None
         vocab = counts.vocabulary(dc, tokenizer)
-    variables = counts.variables(dc, cfg.model)
+    variables, derived = _variables(dc, cfg.model, counts)
     _log_data(len(train), len(dev), len(test), vocab, _units(dc, tokenizer, asr), variables)
     split_ids = {
         "train": tuple(d.doc_id for d in train),
@@ -372,16 +550,31 @@ def prepare_data(
     }
     mine = share(train, world)
     del train  # this process keeps its share only
+    noisy = derived is not None and derived.sampler is not None
     return PreparedData(
         vocab=vocab,
         context_vars=tuple(variables),
         tokenizer=tokenizer,
-        train=tuple(examples_of(mine, vocab, variables, tokenizer)),
-        dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
+        train=tuple(examples_of(mine, vocab, variables, tokenizer, derived)),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer, derived)),
         split_ids=split_ids,
-        contexts=tuple(counts.records(variables)),
+        contexts=tuple(counts.records(variables, derived)),
         asr_tokens=asr,
+        derived=derived,
+        train_docs=tuple(mine) if noisy else (),
     )
+
+
+def _variables(
+    dc: DataConfig, model: Any, counts: CorpusCounts
+) -> tuple[list[ContextVariable], DerivedText | None]:
+    """The context variables of the training data: the categorical ones of ``context_fields``,
+    then the derived text's (``previous``), with what derives its records."""
+    variables = counts.variables(dc, model)
+    if dc.previous is None:
+        return variables, None
+    var, sampler = counts.text_variable(dc.previous)
+    return [*variables, var], DerivedText(dc.previous, sampler)
 
 
 def _read_dev(dc: DataConfig, data_dir: Path) -> list[Document]:
@@ -408,7 +601,7 @@ def _log_data(
         n_test,
         len(vocab),
         units,
-        {v.name: len(v.values) for v in variables},
+        {v.name: len(v.values) if v.kind == "categorical" else v.encoder for v in variables},
     )
 
 
@@ -463,7 +656,7 @@ def _prepare_stream(
         lambda p: read_corpus(p, dc),
         dc.corpus,
         CorpusCounts(),
-        lambda c, docs: c.add(docs, dc.context_fields),
+        lambda c, docs: c.add(docs, dc.context_fields, MEAN_SAMPLE if dc.previous else 0),
         world,
     )
     index = stream.index
@@ -479,7 +672,7 @@ def _prepare_stream(
     if dc.tokenizer is None:
         tokenizer = None
     vocab = counts.vocabulary(dc, tokenizer)
-    variables = counts.variables(dc, cfg.model)
+    variables, derived = _variables(dc, cfg.model, counts)
     dev = _read_dev(dc, data_dir)
     _log_data(counts.documents, len(dev), 0, vocab, _units(dc, tokenizer, None), variables)
     return PreparedData(
@@ -487,8 +680,9 @@ def _prepare_stream(
         context_vars=tuple(variables),
         tokenizer=tokenizer,
         train=(),
-        dev=tuple(examples_of(dev, vocab, variables, tokenizer)),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer, derived)),
         split_ids={"train": (), "dev": tuple(d.doc_id for d in dev), "test": ()},
-        contexts=tuple(counts.records(variables)),
+        contexts=tuple(counts.records(variables, derived)),
         stream=stream,
+        derived=derived,
     )

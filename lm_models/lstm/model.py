@@ -480,7 +480,33 @@ class ContextLSTM(nn.Module):
         # No context at all: the expected embedding is the same for every row, compute it once.
         n = self.context_encoder.batch_size(batch, batch_size) if batch else 1
         c = self.context_encoder(batch, n)  # (N, k)
-        bias = self._output_bias(batch, c)
+        return self._adapted_from(c, self._output_bias(batch, c))
+
+    def adapt_embedding(self, c: Tensor) -> AdaptedWeights:
+        """The weights of context embeddings ``c`` (N, k) given as such, one row each: what a
+        decoder does with a context vector it computed once per utterance (the ONNX vector
+        form). A model with one-hot softmax biases (sec. 2.3) needs the categorical values
+        themselves: a ValueError."""
+        if self.context_encoder is None:
+            raise ValueError("an unadapted model has no context embedding")
+        if self.one_hot_vars:
+            names = [v.name for v in self.one_hot_vars]
+            raise ValueError(
+                f"context variable(s) {names} have one-hot softmax biases, which the context "
+                "embedding does not carry: adapt to the records instead"
+            )
+        k = self.config.context_dim
+        if not isinstance(c, Tensor) or c.dim() != 2 or c.shape[1] != k:
+            raise ValueError(
+                f"context embedding: expected a (N, {k}) tensor, got shape "
+                f"{tuple(getattr(c, 'shape', ()))}"
+            )
+        c = c.to(device=self.b_out.device, dtype=self.b_out.dtype)
+        return self._adapted_from(c, self._output_bias(None, c))
+
+    def _adapted_from(self, c: Tensor, bias: Tensor) -> AdaptedWeights:
+        """The weights of context embeddings c (N, k) and output biases (N, V)."""
+        n = c.shape[0]
         if n != 1:  # a context per sequence: keep the FactorCell's A factored (cheaper)
             rows = tuple(cell.adapted_low_rank(c) for cell in self.cells)
             return AdaptedWeights(rows, bias, c, n)

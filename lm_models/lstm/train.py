@@ -412,8 +412,9 @@ def train(
     def epoch_batches(epoch: int) -> Any:
         seed = opts.seed * 1000 + epoch
         epoch_gen[:] = [torch.Generator().manual_seed(seed)]
-        # Each part (all the examples in memory, or one shard) bucketed on its own.
-        batches = bucket_parts(data.train_parts(seed), opts.batch_tokens, seed)
+        # Each part (all the examples in memory, or one shard) bucketed on its own; a noisy
+        # derived text (data.previous.noise) drawn for this epoch.
+        batches = bucket_parts(data.train_parts(seed, epoch), opts.batch_tokens, seed)
         return batches if data.stream is not None else list(batches)
 
     def step(examples: list[Example]) -> Step:

@@ -1,12 +1,24 @@
-"""Context commands: ``context build`` (the previous utterances' own text as context)."""
+"""Context commands: ``context build`` (the previous utterances' own text as context) and
+``context vectors`` (each utterance's context embedding, for an ONNX vector export)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
-from rescorer.cli.options import handle_errors, load_nbest, nbest_options, out_option
+from export.format import VECTOR_FIELD
+from rescorer.cli.options import (
+    EXISTING_FILE,
+    MODEL_DIR,
+    InputFailure,
+    device_option,
+    handle_errors,
+    load_nbest,
+    nbest_options,
+    out_option,
+)
 from rescorer.context_build import (
     GROUP_BY,
     PREVIOUS_FIELD,
@@ -14,8 +26,10 @@ from rescorer.context_build import (
     build_contexts,
     write_contexts,
 )
+from rescorer.contexts import read_contexts
 from rescorer.core.errors import InputError, check_same_ids
 from rescorer.core.io import check_input_file
+from rescorer.core.output import atomic_write
 from rescorer.refs import read_kaldi_text
 
 FIRST_PASS = "first-pass"
@@ -105,3 +119,55 @@ def context_build(
         f"wrote {out_path}: {len(contexts)} utterances, {with_text} with previous text"
         + (f", {groups} recording(s)" if groups is not None else "")
     )
+
+
+@context.command(name="vectors")
+@click.option(
+    "--model", "model_dir", type=MODEL_DIR, required=True, help="A context LSTM checkpoint."
+)
+@click.option(
+    "--context",
+    "context_path",
+    type=EXISTING_FILE,
+    required=True,
+    help="Per-utterance context records (JSONL or TSV), e.g. from `context build`.",
+)
+@click.option(
+    "--field",
+    default=VECTOR_FIELD,
+    show_default=True,
+    help="The field to write each vector to (what vector exports read).",
+)
+@out_option("The context file of vectors to write (JSONL).", required=True)
+@device_option()
+@handle_errors
+def context_vectors(
+    model_dir: Path, context_path: Path, field: str, out_path: Path, device: str
+) -> None:
+    """Each utterance's context embedding c, computed once: the input of a vector export.
+
+    The model reduces each record to its own context variables (a text field embedded by its
+    frozen encoder, unknown fields ignored, missing ones expected) and writes c as a list of
+    numbers in the field --field of a context file, which `onnx:` models of kind vector-step or
+    vector-scorer read through --context.
+
+    \b
+    Example:
+      rescorer context build --nbest DEV --previous 3 --out dev.ctx.jsonl
+      rescorer context vectors --model exp/prev/best --context dev.ctx.jsonl --out dev.vec.jsonl
+      rescorer export exp/prev/best prev.onnx --kind vector-scorer
+      rescorer score --nbest DEV --lm prev=onnx:prev.onnx --context dev.vec.jsonl --out s.jsonl
+    """
+    from rescorer.lms.torch import TorchLM  # torch: imported here
+
+    contexts = read_contexts(context_path)
+    if not contexts:
+        raise InputFailure(f"{context_path}: no context records")
+    lm = TorchLM(model_dir, device=device)
+    ids = list(contexts)
+    vectors = lm.context_vectors([contexts[u] for u in ids])
+    with atomic_write(out_path) as f:
+        for utt, vec in zip(ids, vectors, strict=True):
+            row = {"utt": utt, "fields": {field: [float(x) for x in vec]}}
+            f.write(json.dumps(row) + "\n")
+    click.echo(f"wrote {out_path}: {len(ids)} context vectors of {vectors.shape[1]} numbers")

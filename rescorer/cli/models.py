@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
 from export.format import KINDS as EXPORT_KINDS
+from export.format import VECTOR_KINDS
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
@@ -34,6 +37,9 @@ from rescorer.lms.contract import LMSpec
 from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
 
 logger = logging.getLogger(__name__)
+
+# ppl's per-value lines stop at fields of this many values (a text field: present or missing)
+PPL_BREAKDOWN_VALUES = 50
 
 
 # -- ppl ----------------------------------------------------------------------------------------
@@ -106,18 +112,36 @@ def ppl(
             f"over {known_tokens} tokens"
         )
     if contexts is not None:
-        # Perplexity per context value, for every field of the context records.
-        groups: dict[tuple[str, str], list[int]] = {}
-        for i, record in enumerate(contexts):
-            for field, value in (record or {}).items():
-                groups.setdefault((field, str(value)), []).append(i)
-        for (field, value), idx in sorted(groups.items()):
-            g_total = float(sum(logps[i].sum() for i in idx))
-            g_tokens = int(sum(len(logps[i]) for i in idx))
-            click.echo(
-                f"  {field}={value}: ppl {math.exp(-g_total / g_tokens):.2f} over {g_tokens} "
-                f"tokens, {len(idx)} sentences"
-            )
+        _ppl_by_context(contexts, logps)
+
+
+def _ppl_by_context(contexts: Sequence[Mapping[str, Any] | None], logps: Sequence[Any]) -> None:
+    """Perplexity per context value, for every field of the context records; a field of more
+    than PPL_BREAKDOWN_VALUES values (text such as the previous utterances: a value per
+    sentence) is split into the sentences that have it and those that do not."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, record in enumerate(contexts):
+        for field, value in (record or {}).items():
+            groups.setdefault((field, str(value)), []).append(i)
+    per_field = Counter(field for field, _ in groups)
+    lines: dict[tuple[str, str], list[int]] = {}
+    for (field, value), idx in groups.items():
+        if per_field[field] <= PPL_BREAKDOWN_VALUES:
+            lines[(field, value)] = idx
+        else:
+            lines.setdefault((field, f"<any of {per_field[field]} values>"), []).extend(idx)
+    for field, n in per_field.items():
+        if n > PPL_BREAKDOWN_VALUES:
+            absent = [i for i, r in enumerate(contexts) if field not in (r or {})]
+            if absent:
+                lines[(field, "<missing>")] = absent
+    for (field, value), idx in sorted(lines.items()):
+        g_total = float(sum(logps[i].sum() for i in idx))
+        g_tokens = int(sum(len(logps[i]) for i in idx))
+        click.echo(
+            f"  {field}={value}: ppl {math.exp(-g_total / g_tokens):.2f} over {g_tokens} "
+            f"tokens, {len(idx)} sentences"
+        )
 
 
 # -- ngram --------------------------------------------------------------------------------------
@@ -415,7 +439,9 @@ def _context_pairs(pairs: Sequence[str]) -> dict[str, str] | None:
     "icefall's state-less form for sherpa-onnx's offline LM rescoring (x = tokens without "
     "<s>/</s>, 0-padded, x_lens -> nll = -log P(<s> tokens </s>)); score-token: icefall's "
     "score_token_onnx form for sherpa-onnx's online LM (x, h0, c0 -> log_softmax (N, V) of the "
-    "next token, next_h0, next_c0).",
+    "next token, next_h0, next_c0); vector-step, vector-scorer: step and scorer with the context "
+    "embedding as an input, context_vector (N, k), a row's own (`context vectors` computes it "
+    "once per utterance).",
 )
 @click.option(
     "--tokens",
@@ -489,6 +515,7 @@ def export_cmd(
       rescorer export exp/factor/best scorer.onnx --kind multi-scorer --contexts ctx.jsonl
       rescorer export exp/lstm/best lm_nll.onnx --kind nll     # sherpa-onnx offline --lm
       rescorer export exp/lm/best lm.onnx --kind score-token --tokens asr/tokens.txt  # online --lm
+      rescorer export exp/prev/best prev.onnx --kind vector-scorer  # context_vector input
     """
     from export.exporter import (  # imported here: torch is heavy
         ExportOptions,
@@ -502,6 +529,11 @@ def export_cmd(
     from lm_models.lstm.model import ContextLSTM
 
     multi = kind.startswith("multi")
+    if context_pairs and kind in VECTOR_KINDS:
+        raise click.UsageError(
+            f"--kind {kind} takes the context embedding as an input (context_vector): it folds "
+            "no context; drop --context"
+        )
     if context_pairs and multi:
         raise click.UsageError(
             f"--context folds one context into a step or scorer export; --kind {kind} takes "
@@ -544,9 +576,14 @@ def export_cmd(
     )
     result = export_model(model, tokens, out_path, options)
     n = len(result.contexts)
+    held = (
+        f"context_vector input of {result.metadata.get('context_dim')} numbers"
+        if kind in VECTOR_KINDS
+        else f"{n} context{'s' if n != 1 else ''}"
+    )
     click.echo(
-        f"wrote {result.path} ({kind}, {n} context{'s' if n != 1 else ''}, "
-        f"{result.size_bytes / 2**20:.2f} MiB) and {result.vocab_path}"
+        f"wrote {result.path} ({kind}, {held}, {result.size_bytes / 2**20:.2f} MiB) and "
+        f"{result.vocab_path}"
     )
     if asr is not None:
         click.echo(f"token ids: the ASR model's, {asr.describe()}")

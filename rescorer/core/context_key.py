@@ -10,9 +10,11 @@ rules the ``torch:`` and ``onnx:`` adapters share:
 * a categorical value the model never saw in training is treated as missing (logged once, at
   WARNING), as training does;
 * a numerical value becomes a tuple of ``dim`` floats (a string is split on commas/spaces);
+* a text value (e.g. the previous utterances' words) is kept as its string, so each distinct
+  text is one context (the model embeds it);
 * missing fields are simply absent from the key, and the model uses its expected context.
 
-Variables are described by anything with ``name``, ``kind`` ("categorical" | "numerical"),
+Variables are described by anything with ``name``, ``kind`` ("categorical" | "numerical" | "text"),
 ``values`` and ``dim`` attributes: :class:`lm_models.lstm.context.ContextVariable`, or the
 torch-free :class:`ContextField` that ONNX exports describe in their metadata.
 """
@@ -24,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+FIELD_KINDS = ("categorical", "numerical", "text")
 ContextKey = tuple[tuple[str, Any], ...]
 """A context record normalised to the model's fields: sorted ``(field, value)`` pairs."""
 
@@ -41,7 +44,7 @@ class ContextField:
 
     # Field name in context records.
     name: str
-    # "categorical" | "numerical".
+    # "categorical" | "numerical" | "text".
     kind: str
     # Categorical: the values seen in training, in id order.
     values: tuple[str, ...] = ()
@@ -50,10 +53,9 @@ class ContextField:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", tuple(self.values))
-        if self.kind not in ("categorical", "numerical"):
+        if self.kind not in FIELD_KINDS:
             raise ValueError(
-                f"context field {self.name!r}: kind must be 'categorical' or 'numerical', "
-                f"got {self.kind!r}"
+                f"context field {self.name!r}: kind must be one of {FIELD_KINDS}, got {self.kind!r}"
             )
         if self.kind == "numerical" and (not isinstance(self.dim, int) or self.dim < 1):
             raise ValueError(f"context field {self.name!r}: dim must be >= 1, got {self.dim!r}")
@@ -61,6 +63,8 @@ class ContextField:
     def to_json(self) -> dict[str, Any]:
         if self.kind == "categorical":
             return {"name": self.name, "kind": self.kind, "values": list(self.values)}
+        if self.kind == "text":
+            return {"name": self.name, "kind": self.kind}
         return {"name": self.name, "kind": self.kind, "dim": self.dim}
 
     @classmethod
@@ -154,6 +158,12 @@ class ContextKeys:
                         field,
                     )
                     continue
+                items.append((field, value))
+            elif var.kind == "text":
+                if not isinstance(value, str):
+                    raise ValueError(
+                        f"context variable {var.name!r}: expected a string, got {value!r:.40}"
+                    )
                 items.append((field, value))
             else:
                 items.append((field, numbers(var.name, var.dim, value)))

@@ -21,7 +21,11 @@ Everything it needs is in the file's metadata properties and the vocabulary file
   A multi-context export maps a record to the ``context_id`` of the identical record in its
   metadata ``contexts`` list; a record that is not there gets context 0 (the expected context)
   with a warning logged once. A single-context export has its context folded in: records that
-  differ from it are scored with it anyway, with a warning logged once.
+  differ from it are scored with it anyway, with a warning logged once. A vector export
+  (``vector-step``, ``vector-scorer``) reads each record's context embedding from the field its
+  metadata names (``context_vector_field``; ``rescorer context vectors`` writes it, once per
+  utterance), a record without one gets ``expected_context_vector``, and sentences of any
+  contexts share a batch (every row its own vector).
 
 Execution provider: ``device`` ``auto`` (default) uses CUDA when ONNX Runtime can, else the CPU;
 ``cpu`` and ``cuda`` / ``cuda:N`` force one. The GPU build of ONNX Runtime lists CUDA even on a
@@ -51,7 +55,7 @@ from export.format import (
     SCORE_TOKEN_KIND,
 )
 from export.runtime import OnnxMeta, create_session
-from rescorer.core.context_key import ContextKey, ContextKeys
+from rescorer.core.context_key import ContextField, ContextKey, ContextKeys
 from rescorer.core.io import read_tokens
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
@@ -76,6 +80,8 @@ class OnnxLMState:
     h: np.ndarray
     m: np.ndarray
     token: int
+    # A vector export's context embedding (k,) float32; None for the other kinds.
+    vector: np.ndarray | None = None
 
 
 class OnnxLM(WordLM):
@@ -130,7 +136,11 @@ class OnnxLM(WordLM):
         tokens = self._read_vocab(path)
         self.vocab_tokens: tuple[str, ...] = tuple(tokens)
         self.words = WordVocab(tokens, case, unk_id=self.meta.unk_id)
-        self._keys = ContextKeys(self.meta.fields, self.name, logger)
+        fields = self.meta.fields
+        if self.meta.vector:  # one numerical field: the context embedding
+            fields = (ContextField(self.meta.vector_field, "numerical", dim=self.meta.context_dim),)
+        self._keys = ContextKeys(fields, self.name, logger)
+        self._expected = np.array(self.meta.expected_vector, dtype=np.float32)
         self._ids: dict[ContextKey, int] = {}
         for i, record in enumerate(self.meta.contexts):
             self._ids.setdefault(self._keys.key(record), i)
@@ -206,9 +216,19 @@ class OnnxLM(WordLM):
             return 0
         return cid
 
+    def context_vectors(self, n: int, contexts: Sequence[Context | None] | None) -> np.ndarray:
+        """A vector export: the context embedding of each of ``n`` sentences, (n, k) float32
+        (the expected one where a record has none)."""
+        if not self.meta.vector:
+            raise ValueError(f"{self.path}: a {self.meta.kind!r} export takes no context vectors")
+        out = np.empty((n, self.meta.context_dim), dtype=np.float32)
+        for i, key in enumerate(self._keys.keys(n, contexts)):
+            out[i] = dict(key)[self.meta.vector_field] if key else self._expected
+        return out
+
     def context_ids(self, n: int, contexts: Sequence[Context | None] | None) -> np.ndarray:
-        """The context_id of each of ``n`` sentences (int64, (n,))."""
-        if contexts is None:
+        """The context_id of each of ``n`` sentences (int64, (n,)); 0 for a vector export."""
+        if contexts is None or self.meta.vector:
             return np.zeros(n, dtype=np.int64)
         keys = self._keys.keys(n, contexts)
         cache: dict[ContextKey, int] = {}
@@ -247,6 +267,7 @@ class OnnxLM(WordLM):
         """Natural-log probability of each word and of the final ``</s>``, per sentence."""
         ids = self.words.ids(sentences)
         cids = self.context_ids(len(ids), contexts)
+        vectors = self.context_vectors(len(ids), contexts) if self.meta.vector else None
         if not ids:
             return []
         lengths = [len(s) for s in ids]
@@ -255,13 +276,15 @@ class OnnxLM(WordLM):
         order = sorted(range(len(ids)), key=lambda i: (cids[i], lengths[i]))
         out: list[np.ndarray] = [np.empty(0)] * len(ids)
         for batch in self._batches(order, lengths, cids):
-            for i, values in zip(
-                batch, self._score_batch([ids[i] for i in batch], cids[batch]), strict=True
-            ):
+            rows = [ids[i] for i in batch]
+            vecs = None if vectors is None else vectors[batch]
+            for i, values in zip(batch, self._score_batch(rows, cids[batch], vecs), strict=True):
                 out[i] = values
         return out
 
-    def _score_batch(self, rows: Sequence[Sequence[int]], cids: np.ndarray) -> list[np.ndarray]:
+    def _score_batch(
+        self, rows: Sequence[Sequence[int]], cids: np.ndarray, vectors: np.ndarray | None = None
+    ) -> list[np.ndarray]:
         meta = self.meta
         n = len(rows)
         width = max(len(r) for r in rows) + 2
@@ -275,12 +298,16 @@ class OnnxLM(WordLM):
             feed = {"x": x, "x_lens": lens}
             if meta.multi:
                 feed["context_id"] = cids
+            if vectors is not None:
+                feed["context_vector"] = vectors
             (scores,) = self.session.run(["token_logprobs"], feed)  # (n, L-1)
         else:
             zeros = np.zeros((meta.num_layers, n, meta.hidden_size), dtype=np.float32)
             feed = {"x": np.ascontiguousarray(x[:, :-1]), "h0": zeros, "c0": zeros}
             if meta.multi:
                 feed["context_id"] = cids
+            if vectors is not None:
+                feed["context_vector"] = vectors
             (log_probs,) = self.session.run(["log_softmax"], feed)  # (n, L-1, V)
             scores = np.take_along_axis(log_probs, x[:, 1:, None], axis=2)[..., 0]  # (n, L-1)
         return [scores[j, : len(r) + 1].astype(np.float64) for j, r in enumerate(rows)]
@@ -307,7 +334,8 @@ class OnnxLM(WordLM):
         self._need_step()
         cid = 0 if context is None else int(self.context_ids(1, [context])[0])
         zeros = np.zeros((self.meta.num_layers, self.meta.hidden_size), dtype=np.float32)
-        return OnnxLMState(cid, zeros, zeros, self.meta.sos_id)
+        vector = self.context_vectors(1, [context])[0] if self.meta.vector else None
+        return OnnxLMState(cid, zeros, zeros, self.meta.sos_id, vector)
 
     def advance(
         self, states: Sequence[OnnxLMState], tokens: Sequence[str]
@@ -330,7 +358,7 @@ class OnnxLM(WordLM):
         log_probs, h, m = self._step(states)  # (N, V), (layers, N, d) x 2
         out = log_probs[np.arange(len(states)), target].astype(np.float64)
         new_states = [
-            OnnxLMState(s.context_id, h[:, j].copy(), m[:, j].copy(), int(target[j]))
+            OnnxLMState(s.context_id, h[:, j].copy(), m[:, j].copy(), int(target[j]), s.vector)
             for j, s in enumerate(states)
         ]
         return out, new_states
@@ -353,6 +381,8 @@ class OnnxLM(WordLM):
         }
         if self.meta.multi:
             feed["context_id"] = np.array([s.context_id for s in states], dtype=np.int64)
+        if self.meta.vector:
+            feed["context_vector"] = np.stack([s.vector for s in states])  # type: ignore[misc]
         log_probs, h, m = self.session.run(None, feed)  # (N, 1, V), (layers, N, d) x 2
         log_probs = log_probs[:, 0]
         if len(states) == 1:

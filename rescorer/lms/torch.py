@@ -34,7 +34,10 @@ Context records are mappings of field -> value (``{"genre": "news"}``) or None, 
 :class:`rescorer.core.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
 does not declare are ignored (logged once); a categorical value it never saw in training is
 treated as missing (logged once), as training does (:func:`lm_models.lstm.data.context_record`);
-missing fields use the model's expected context embedding.
+missing fields use the model's expected context embedding. A text field (e.g. ``previous``, the
+previous utterances' 1-best of ``rescorer context build``) is a context of its own per distinct
+text: each utterance's text is embedded once (the vectors are cached per string) and adapted
+once, with its hypotheses' prefixes shared, in forests as above.
 
 All scores are natural-log probabilities.
 """
@@ -188,6 +191,20 @@ class TorchLM(WordLM):
     def context_key(self, record: Context | None) -> ContextKey:
         """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
         return self._contexts.key(record)
+
+    def context_vectors(self, contexts: Sequence[Context | None]) -> np.ndarray:
+        """The context embedding c of each record, (n, k) float32, computed once per distinct
+        record (after the model's normalisation, :meth:`context_key`): the ``context_vector``
+        that an ONNX vector export (``vector-step``, ``vector-scorer``) takes."""
+        if not self._model.adaptive:
+            raise ValueError(f"{self.path}: an unadapted model has no context embedding")
+        keys = self._keys(len(contexts), contexts)
+        rows = {key: i for i, key in enumerate(dict.fromkeys(keys))}
+        if not rows:
+            return np.zeros((0, self._model.config.context_dim), dtype=np.float32)
+        with torch.inference_mode():
+            c = self._model.context_embedding([dict(key) for key in rows], len(rows))
+        return c.float().cpu().numpy()[[rows[key] for key in keys]]
 
     def _adapted(self, key: ContextKey) -> AdaptedWeights:
         weights = self._weights.get(key)

@@ -42,7 +42,7 @@ from rescorer.cli.main import main
 from rescorer.cli.models import EXPORT_KINDS
 from rescorer.core.errors import InputError
 from rescorer.lms.onnx import perplexity_change
-from tests.onnx_helpers import GENRE, GEO, VOCAB, make_model
+from tests.onnx_helpers import GENRE, GEO, TOPIC, VOCAB, make_model
 
 ATOL = 1e-4
 V = len(VOCAB)
@@ -595,3 +595,57 @@ def test_cli_export_errors(tmp_path: Path, ckpt: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(export.parity, "check_parity", failing)
     result = run([ckpt, out])
     assert result.exit_code == 1 and "FAILED: max abs difference 5.00e-01" in result.output
+
+
+# -- the vector form: the context embedding as an input ---------------------------------------
+
+VECTOR_CONFIGS = list(itertools.product(("factor", "concat", "softmax_bias"), (1, 2), (16, 12)))
+
+
+@pytest.mark.parametrize(
+    ("mode", "layers", "embed_dim"),
+    VECTOR_CONFIGS,
+    ids=[f"{m}-{n}layer-e{e}" for m, n, e in VECTOR_CONFIGS],
+)
+def test_vector_kinds_match_pytorch_with_a_context_per_row(
+    tmp_path: Path, mode: str, layers: int, embed_dim: int
+) -> None:
+    model = make_model(mode, num_layers=layers, embed_dim=embed_dim, variables=(TOPIC, GEO))
+    for kind in ("vector-step", "vector-scorer"):
+        res = export_model(model, VOCAB, tmp_path / f"{kind}.onnx", ExportOptions(kind))
+        report = check_parity(model, res.path, batch_sizes=(1, 2, 4))
+        assert report.ok and report.max_abs_diff <= ATOL, report.describe()
+    # the records' own path: c of each record fed to the scorer, rows of different contexts
+    records = [{"topic": "money", "geo": [0.3, -2.0]}, {"topic": "games"}, None]
+    c = model.context_embedding(records).detach().numpy()
+    x, lens = padded(np.random.default_rng(layers), [5, 3, 4])
+    tok, _ = session(tmp_path / "vector-scorer.onnx").run(
+        None, {"x": x, "x_lens": lens, "context_vector": c}
+    )
+    xt = torch.from_numpy(x)
+    ref = model.score(xt[:, :-1], xt[:, 1:], torch.from_numpy(lens - 1), records)
+    close(tok, ref)
+    # and each row's vector is its own: another row's vector gives other values
+    swapped, _ = session(tmp_path / "vector-scorer.onnx").run(
+        None, {"x": x, "x_lens": lens, "context_vector": c[::-1].copy()}
+    )
+    assert np.abs(swapped[0] - tok[0]).max() > 1e-3
+
+
+def test_vector_export_metadata_and_refusals(tmp_path: Path) -> None:
+    model = make_model("factor", variables=(TOPIC, GEO))
+    res = export_model(model, VOCAB, tmp_path / "v.onnx", ExportOptions("vector-scorer"))
+    props = meta_of(res.path)
+    assert props["export_kind"] == "vector-scorer" and props["context_dim"] == "4"
+    assert props["context_vector_field"] == "context_vector"
+    expected = model.context_embedding(None, batch_size=1)[0].tolist()
+    assert json.loads(props["expected_context_vector"]) == pytest.approx(expected, abs=1e-7)
+    assert [i.name for i in session(res.path).get_inputs()] == ["x", "x_lens", "context_vector"]
+    with pytest.raises(ValueError, match=r"\['genre'\] have one-hot softmax biases"):
+        export_model(make_model("factor"), VOCAB, tmp_path / "g.onnx", ExportOptions("vector-step"))
+    with pytest.raises(ValueError, match="unadapted model has no context embedding"):
+        export_model(
+            make_model("unadapted"), VOCAB, tmp_path / "u.onnx", ExportOptions("vector-step")
+        )
+    with pytest.raises(ValueError, match="takes the context embedding as an input"):
+        ExportOptions("vector-scorer", context={"topic": "money"})

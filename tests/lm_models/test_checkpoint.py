@@ -258,7 +258,7 @@ def test_class_factored_models_build_on_the_meta_device_too(tmp_path: Path) -> N
 
 
 def test_transformers_embedders_load_safetensors_only(tmp_path: Path) -> None:
-    from lm_models.cue.encoders import TransformersCLSEmbedder
+    from lm_models.text_encoders import TransformersCLSEmbedder
 
     folder = tmp_path / "bert"
     folder.mkdir()

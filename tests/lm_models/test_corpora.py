@@ -427,6 +427,15 @@ def test_read_plain(tmp_path: Path) -> None:
     assert_input_error(info.value, bad, 2)
 
 
+def test_read_plain_blocks_between_blank_lines(tmp_path: Path) -> None:
+    path = write(tmp_path / "books.txt", "\n a b \nc\n\n \n\nd e\nf\ng\n")
+    docs = read_plain(path, per="block")
+    assert docs == [
+        Document("books-2", [["a", "b"], ["c"]], {}),
+        Document("books-7", [["d", "e"], ["f"], ["g"]], {}),
+    ]
+
+
 def test_read_jsonl(tmp_path: Path) -> None:
     lines = [
         {"id": "a", "text": "Hello, World!\nSecond line.", "fields": {"genre": "news"}},

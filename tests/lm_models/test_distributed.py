@@ -321,7 +321,6 @@ def test_lstm_in_two_processes(tmp_path: Path) -> None:
 def _cue_stages() -> dict[str, Any]:
     """The sentence LM, joint and proxy stages on the tiny CUE corpus; per stage the steps, the
     digest of the parameters, the best dev value and the same value computed in one process."""
-    from lm_models.cue.encoders import HashEmbedder, VectorCache
     from lm_models.cue.model import SentenceLM
     from lm_models.cue.train import (
         CUETrainOptions,
@@ -331,6 +330,7 @@ def _cue_stages() -> dict[str, Any]:
         train_cue,
         train_sentence_lm,
     )
+    from lm_models.text_encoders import HashEmbedder, VectorCache
     from tests.lm_models.cue.test_cue import CTX_DIM, FIELDS, tiny_corpus, tiny_lm
 
     lm = tiny_lm()

@@ -45,7 +45,6 @@ from typing import Any
 import torch
 
 from lm_models.corpora import read_brown, split_documents
-from lm_models.cue.encoders import VectorCache, make_embedder
 from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
 from lm_models.cue.train import (
     CUEData,
@@ -59,6 +58,7 @@ from lm_models.cue.train import (
     train_sentence_lm,
     warm_start_decoder,
 )
+from lm_models.text_encoders import VectorCache, make_embedder
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.vocab import Vocabulary
 

@@ -5,7 +5,12 @@ Paragraphs (blank-line separated, hard-wrapped lines joined) are split into sent
 A-Z and apostrophes by ``rescorer.normalize.librispeech_normalise``
 (the ``librispeech`` normaliser of ``--normalize``).
 
-Usage: python normalise_books.py BOOKS_DIR OUT_TXT
+With ``--breaks book`` (or ``paragraph``) a blank line ends every book (paragraph): the
+documents of a plain corpus read with ``"plain_documents": "block"``, within which an LSTM's
+``previous`` text context is derived (consecutive sentences as consecutive utterances, a book
+as a recording). Without it the text has no blank lines (the n-gram's training text).
+
+Usage: python normalise_books.py BOOKS_DIR OUT_TXT [--breaks book|paragraph]
 """
 
 from __future__ import annotations
@@ -20,16 +25,24 @@ from rescorer.normalize import librispeech_normalise
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"'\u201d\u2019)\]]*\s+")
 
 
-def sentences(text: str) -> list[str]:
+BREAKS = ("none", "book", "paragraph")
+
+
+def paragraphs(text: str) -> list[list[str]]:
+    """The sentences of each paragraph of a book."""
     text = text.lstrip("\ufeff").replace("\r\n", "\n")
-    out: list[str] = []
+    out: list[list[str]] = []
     for para in re.split(r"\n\s*\n", text):
         joined = " ".join(line.strip() for line in para.splitlines())
-        out.extend(s for s in SENTENCE_END.split(joined) if s.strip())
+        out.append([s for s in SENTENCE_END.split(joined) if s.strip()])
     return out
 
 
-def main(books_dir: str, out_path: str) -> None:
+def sentences(text: str) -> list[str]:
+    return [s for para in paragraphs(text) for s in para]
+
+
+def main(books_dir: str, out_path: str, breaks: str = "none") -> None:
     books = sorted(Path(books_dir).glob("*.txt"))
     books = [b for b in books if b.name != "titles.tsv"]
     if not books:
@@ -37,16 +50,28 @@ def main(books_dir: str, out_path: str) -> None:
     n_sent = n_words = 0
     with atomic_write(out_path) as out:
         for book in books:
-            for sent in sentences(book.read_text(encoding="utf-8-sig")):
-                words = librispeech_normalise(sent)
-                if words:
-                    out.write(" ".join(words) + "\n")
-                    n_sent += 1
-                    n_words += len(words)
+            for para in paragraphs(book.read_text(encoding="utf-8-sig")):
+                written = 0
+                for sent in para:
+                    words = librispeech_normalise(sent)
+                    if words:
+                        out.write(" ".join(words) + "\n")
+                        written += 1
+                        n_words += len(words)
+                n_sent += written
+                if breaks == "paragraph" and written:
+                    out.write("\n")
+            if breaks == "book":
+                out.write("\n")
     print(f"{len(books)} books -> {n_sent} sentences, {n_words} words in {out_path}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    mode = "none"
+    if len(args) == 4 and args[2] == "--breaks" and args[3] in BREAKS:
+        mode = args[3]
+        args = args[:2]
+    if len(args) != 2:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(args[0], args[1], mode)

@@ -1,4 +1,4 @@
-"""CUE (lm_models.cue.model, lm_models.cue.train, lm_models.cue.encoders): quick tests."""
+"""CUE (lm_models.cue.model, lm_models.cue.train, lm_models.text_encoders): quick tests."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from lm_models.checkpoint import load_checkpoint
-from lm_models.cue.encoders import HashEmbedder, VectorCache, make_embedder
 from lm_models.cue.model import (
     CUELM,
     CUEConfig,
@@ -39,6 +38,7 @@ from lm_models.cue.train import (
     train_sentence_lm,
     warm_start_decoder,
 )
+from lm_models.text_encoders import HashEmbedder, VectorCache, make_embedder
 from lm_models.vocab import Vocabulary
 
 WORDS = [
@@ -487,7 +487,7 @@ def test_pretrained_encoder_loads_offline() -> None:
     """all-MiniLM-L6-v2 from site-packages with the hub disabled and no network route."""
     code = (
         "import numpy as np\n"
-        "from lm_models.cue.encoders import make_embedder\n"
+        "from lm_models.text_encoders import make_embedder\n"
         "e = make_embedder('minilm')\n"
         "v = e.embed(['genre: news', 'genre: press reportage', 'the cat sat on the mat'])\n"
         "assert v.shape == (3, 384), v.shape\n"

@@ -209,3 +209,99 @@ def test_encoder_batch_validation() -> None:
         enc({"genre": torch.tensor([0, 1]), "speaker": torch.tensor([0])})
     with pytest.raises(ValueError, match="distinct"):
         ContextEncoder((GENRE, GENRE), 3)
+
+
+# --------------------------------------------------------------------------- text variables
+
+PREVIOUS = ContextVariable.text("previous", "hash:8", 8, [0.1 * i for i in range(8)])
+
+
+def test_text_variable_json_and_validation() -> None:
+    data = json.loads(json.dumps(PREVIOUS.to_json()))
+    assert data == {
+        "name": "previous",
+        "kind": "text",
+        "dim": 8,
+        "mean": [0.1 * i for i in range(8)],
+        "encoder": "hash:8",
+    }
+    assert ContextVariable.from_json(data) == PREVIOUS and PREVIOUS.input_dim == 8
+    with pytest.raises(ValueError, match="needs its string encoder's spec"):
+        ContextVariable(name="p", kind="text", dim=8)
+    with pytest.raises(ValueError, match="encoder is for text variables only"):
+        ContextVariable(name="p", kind="numerical", dim=8, encoder="hash:8")
+    with pytest.raises(ValueError, match="encoder is for text variables only"):
+        ContextVariable(name="p", kind="categorical", values=("a",), embed_dim=2, encoder="x")
+    with pytest.raises(ValueError, match="categorical only"):
+        ContextVariable(name="p", kind="text", dim=8, encoder="hash:8", values=("a",))
+
+
+def test_old_checkpoint_variables_load_unchanged() -> None:
+    # context_vars of a config.json written before text variables existed
+    old = [
+        {"name": "genre", "kind": "categorical", "values": ["a", "b"], "counts": [3, 1],
+         "embed_dim": 2, "one_hot_bias": True},
+        {"name": "geo", "kind": "numerical", "dim": 2, "mean": [0.5, -1.5]},
+    ]  # fmt: skip
+    variables = [ContextVariable.from_json(v) for v in old]
+    assert [v.to_json() for v in variables] == old  # written back byte for byte
+    assert [v.encoder for v in variables] == ["", ""]
+
+
+def test_text_values_are_embedded_by_their_encoder_missing_ones_nan() -> None:
+    from lm_models.text_encoders import HashEmbedder
+
+    records = [{"previous": "the cat sat"}, {"previous": ""}, None, {"previous": "  "}, {}]
+    batch = encode_records([PREVIOUS, GENRE], records)
+    got = batch["previous"]
+    assert got.shape == (5, 8) and got.dtype == torch.float32
+    want = torch.from_numpy(HashEmbedder(8).embed(["the cat sat"]))
+    torch.testing.assert_close(got[0:1], want)
+    assert torch.isnan(got[1:]).all()
+    with pytest.raises(ValueError, match="'previous': expected a string, got int"):
+        encode_records([PREVIOUS], [{"previous": 3}])
+
+
+def test_a_text_variable_is_a_numerical_one_fed_its_vector() -> None:
+    from lm_models.text_encoders import HashEmbedder
+
+    geo8 = ContextVariable.numerical("previous", 8, PREVIOUS.mean)
+    torch.manual_seed(0)
+    text_enc = ContextEncoder((GENRE, PREVIOUS), 5)
+    num_enc = ContextEncoder((GENRE, geo8), 5)
+    num_enc.load_state_dict(text_enc.state_dict())
+    texts = ["a b c", "the previous sentences", "a b c"]
+    vectors = HashEmbedder(8).embed(texts).tolist()
+    got = text_enc(encode_records(text_enc.variables, [{"previous": t} for t in texts]))
+    want = num_enc(encode_records(num_enc.variables, [{"previous": v} for v in vectors]))
+    torch.testing.assert_close(got, want)
+    # a missing text is the training mean vector, as a missing numerical variable is
+    missing = text_enc(encode_records(text_enc.variables, [{"genre": "news"}]))
+    at_mean = num_enc(encode_records(num_enc.variables, [{"genre": "news", "previous": geo8.mean}]))
+    torch.testing.assert_close(missing, at_mean)
+    assert "previous" not in " ".join(text_enc.state_dict())  # the encoder is not a weight
+
+
+def test_text_vectors_are_cached_per_distinct_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(context_module, "_TEXT_CACHES", {})
+    cache = context_module.text_encoder("hash:8")
+    embedded: list[str] = []
+    embed = cache.embedder.embed
+    monkeypatch.setattr(
+        cache.embedder, "embed", lambda texts: embedded.extend(texts) or embed(texts)
+    )
+    encode_records([PREVIOUS], [{"previous": t} for t in ["x y", "z", "x y", "z"]])
+    encode_records([PREVIOUS], [{"previous": "x y"}, {"previous": "w"}])
+    assert embedded == ["x y", "z", "w"]
+    # past the bound the cache starts again
+    monkeypatch.setattr(context_module, "TEXT_CACHE_STRINGS", 3)
+    encode_records([PREVIOUS], [{"previous": "v"}])
+    assert len(cache) == 1 and embedded[-1] == "v"
+
+
+def test_an_encoder_of_another_width_is_refused() -> None:
+    wrong = ContextVariable.text("previous", "hash:4", 8)
+    with pytest.raises(ValueError, match=r"encoder 'hash:4' gives 4-dim vectors.*dim=8"):
+        encode_records([wrong], [{"previous": "some text"}])
+    with pytest.raises(ValueError, match="expected minilm, st:PATH, hf:PATH or hash:DIM"):
+        encode_records([ContextVariable.text("p", "bert", 8)], [{"p": "some text"}])

@@ -157,3 +157,119 @@ def test_subword_units_learnt_from_one_shard_are_the_files(tmp_path: Path) -> No
     assert streamed.tokenizer is not None and whole.tokenizer is not None
     assert streamed.tokenizer.model_proto == whole.tokenizer.model_proto
     assert streamed.vocab.unigram_counts == whole.vocab.unigram_counts
+
+
+# -- a text context derived from the previous sentences (data.previous) -----------------------
+
+
+def block_corpus(path: Path, docs: int, start: int = 0) -> Path:
+    """Documents of five sentences between blank lines; word d{doc}s{i}w{j} says where it is."""
+    lines = []
+    for d in range(start, start + docs):
+        lines += [" ".join(f"d{d}s{i}w{j}" for j in range(3)) for i in range(5)] + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def previous_config(tmp_path: Path, previous: dict, **data: object) -> TrainConfig:
+    block_corpus(tmp_path / "train.txt", 6)
+    block_corpus(tmp_path / "dev.txt", 2, start=100)
+    return TrainConfig.from_json({
+        "data": {"corpus": "plain", "path": "train.txt", "dev": "dev.txt",
+                 "plain_documents": "block", "previous": previous, **data},
+        "model": {"mode": "factor", "embed_dim": 8, "hidden_dim": 8, "context_dim": 3,
+                  "rank": 2},
+        "train": {"epochs": 2, "batch_tokens": 64, "device": "cpu"},
+    })  # fmt: skip
+
+
+def place(word: str) -> tuple[int, int]:
+    """(document, sentence) of a word of block_corpus: d{doc}s{i}w{j}."""
+    d, rest = word[1:].split("s")
+    return int(d), int(rest.split("w")[0])
+
+
+def test_previous_text_holds_the_earlier_sentences_of_the_same_document(tmp_path: Path) -> None:
+    from lm_models.text_encoders import HashEmbedder
+
+    cfg = previous_config(tmp_path, {"sentences": 2, "encoder": "hash:16"})
+    data = prepare_data(cfg, tmp_path)
+    var = data.context_vars[-1]
+    assert (var.name, var.kind, var.encoder, var.dim) == ("previous", "text", "hash:16", 16)
+    order = [(d, i) for d in range(6) for i in range(5)] + [
+        (d, i) for d in (100, 101) for i in range(5)
+    ]
+    for example, (d, i) in zip(data.train + data.dev, order, strict=True):
+        if d < 100:  # the training words are in the vocabulary: the example is sentence i of d
+            assert place(data.vocab.tokens[example.inputs[1]]) == (d, i)
+        expected = " ".join(f"d{d}s{s}w{j}" for s in range(max(0, i - 2), i) for j in range(3))
+        assert example.record == {"previous": expected or None}, (d, i)
+    # the mean is the training texts' mean vector (the dev texts are not in it)
+    train_texts = [e.record["previous"] for e in data.train if e.record["previous"]]
+    mean = HashEmbedder(16).embed(train_texts).astype("float64").mean(axis=0)
+    assert var.mean == pytest.approx(mean.tolist(), abs=1e-6)
+    # without noise the records are the same every epoch
+    assert list(data.train_parts(0, epoch=1))[0][1] == list(data.train_parts(0, epoch=2))[0][1]
+
+
+def test_noisy_previous_text_is_drawn_anew_each_epoch_and_fixed_for_dev(tmp_path: Path) -> None:
+    noise = {"substitution": 0.3, "deletion": 0.1, "insertion": 0.1, "seed": 4}
+    cfg = previous_config(tmp_path, {"sentences": 2, "encoder": "hash:16", "noise": noise})
+    data = prepare_data(cfg, tmp_path)
+    assert data.derived is not None and data.derived.sampler is not None
+    [(_, one)], [(_, again)] = list(data.train_parts(0, 1)), list(data.train_parts(5, 1))
+    [(_, two)] = list(data.train_parts(0, 2))
+    assert one == again  # the same epoch: the same draws whatever the shuffling seed
+    assert [e.inputs for e in one] == [e.inputs for e in two] == [e.inputs for e in data.train]
+    assert [e.record for e in one] != [e.record for e in two]
+    clean = prepare_data(
+        previous_config(tmp_path, {"sentences": 2, "encoder": "hash:16"}), tmp_path
+    )
+    assert [e.record for e in one] != [e.record for e in clean.train]
+    # dev: one draw, the fixed one, the same whenever the data are prepared
+    assert data.dev == prepare_data(cfg, tmp_path).dev
+    assert [e.record for e in data.dev] != [e.record for e in clean.dev]
+    # the errors come from the training words and keep to the document's earlier sentences
+    drawn = 0
+    for example in one:
+        d, i = place(data.vocab.tokens[example.inputs[1]])
+        for word in (example.record["previous"] or "").split():
+            dd, s = place(word)  # every word is a training word
+            assert s < i or dd != d  # a clean word of an earlier sentence, or a drawn one
+            drawn += (dd, s) not in {(d, i - 1), (d, i - 2)}
+    assert drawn > 0
+
+
+def test_noisy_previous_text_is_the_same_streamed_or_in_memory(tmp_path: Path) -> None:
+    train_file, _ = files(tmp_path)
+    write_shards(train_file, tmp_path / "shards", 3)
+    prev = {"sentences": 3, "encoder": "hash:8", "noise": {"substitution": 0.2, "seed": 2}}
+    whole = prepare_data(config(tmp_path, path=str(train_file), previous=prev), tmp_path)
+    streamed = prepare_data(config(tmp_path, train_shards="shards", previous=prev), tmp_path)
+    assert streamed.context_vars == whole.context_vars  # the topic, then the derived text
+    assert [v.kind for v in whole.context_vars] == ["categorical", "text"]
+    for epoch in (1, 2):
+        parts = [e for _, part in streamed.train_parts(seed=3, epoch=epoch) for e in part]
+        assert bag(parts) == bag(next(iter(whole.train_parts(0, epoch)))[1])
+    assert all(set(e.record) == {"topic", "previous"} for e in whole.train)
+
+
+def test_previous_text_config_errors(tmp_path: Path) -> None:
+    prev = {"encoder": "hash:8"}
+    with pytest.raises(ValueError, match="plain_documents: expected one of"):
+        previous_config(tmp_path, prev, plain_documents="para")
+    with pytest.raises(ValueError, match="plain_documents is for corpus 'plain'"):
+        config(tmp_path, path="x.jsonl", plain_documents="block")
+    with pytest.raises(ValueError, match="text shards keep no blank lines"):
+        previous_config(tmp_path, prev, path="", train_shards="s")
+    with pytest.raises(ValueError, match="also in context_fields"):
+        config(tmp_path, path="x.jsonl", previous={"field": "topic"})
+    with pytest.raises(ValueError, match=r"noise.insertion: expected a rate in \[0, 1\]"):
+        previous_config(tmp_path, {"noise": {"insertion": 2}})
+    with pytest.raises(ValueError, match="unknown data.previous.noise key"):
+        previous_config(tmp_path, {"noise": {"sub": 0.1}})
+    with pytest.raises(ValueError, match="sentences: expected an integer >= 1"):
+        previous_config(tmp_path, {"sentences": 0})
+    # documents of one sentence each (a plain corpus read by line): nothing to derive from
+    with pytest.raises(ValueError, match="no training sentence has an earlier one"):
+        prepare_data(previous_config(tmp_path, prev, plain_documents="line"), tmp_path)

@@ -510,3 +510,28 @@ def test_missing_one_hot_bias_is_the_expected_row() -> None:
     torch.testing.assert_close(
         present, model.b_out + model.Q @ c_chat + model.one_hot_bias[0].weight[2]
     )
+
+
+@pytest.mark.parametrize("mode", ["factor", "concat", "softmax_bias"])
+def test_adapt_embedding_is_adapting_to_the_records_of_those_embeddings(mode: str) -> None:
+    torch.manual_seed(4)
+    cfg = LSTMConfig(
+        vocab_size=30, embed_dim=6, hidden_dim=8, num_layers=2, mode=mode, context_dim=5,
+        rank=2 if mode == "factor" else 0, context_vars=(GEO, SPEAKER),
+    )  # fmt: skip
+    model = ContextLSTM(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape) * 0.3)
+    records = [{"geo": [1.0, 2.0], "speaker": "a"}, {"speaker": "b"}, None]
+    tokens = torch.randint(0, 30, (3, 5))
+    c = model.context_embedding(records)
+    got, _ = model(tokens, None, adapted=model.adapt_embedding(c))
+    want, _ = model(tokens, records)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match=r"expected a \(N, 5\) tensor"):
+        model.adapt_embedding(c[:, :3])
+    one_hot = ContextLSTM(LSTMConfig(vocab_size=30, mode="factor", context_dim=5, rank=2,
+                                     context_vars=(GENRE,)))  # fmt: skip
+    with pytest.raises(ValueError, match="one-hot softmax biases"):
+        one_hot.adapt_embedding(torch.zeros(1, 5))

@@ -196,8 +196,8 @@ def test_next_word_prediction_api(model_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def subword_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lm_models.cue.encoders import HashEmbedder
     from lm_models.cue.model import CUELM, CUEModel
+    from lm_models.text_encoders import HashEmbedder
     from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
     from lm_models.vocab import Vocabulary
     from tests.lm_models.cue.test_cue import CTX_DIM, tiny_config

@@ -486,3 +486,91 @@ def test_cli_score_tune_and_ppl_with_onnx(
         ["ppl", "--lm", f"onnx:{files['step']}", "--text", cli_set["ref"], "--device", "tpu"]
     )
     assert result.exit_code == 2 and "bad device 'tpu'" in result.output
+
+
+# -- vector exports: the context embedding per utterance as an input ---------------------------
+
+
+def previous_text_model() -> ContextLSTM:
+    from lm_models.lstm.context import ContextVariable
+
+    prev = ContextVariable.text("previous", "hash:8", 8, [0.05 * i for i in range(8)])
+    return make_model("factor", variables=(prev,), scale=0.3)
+
+
+def test_vector_exports_score_previous_texts_as_torch_does(tmp_path: Path) -> None:
+    ckpt = save_checkpoint(tmp_path / "ckpt", previous_text_model(), VOCAB)
+    torch_lm = TorchLM(ckpt, device="cpu")
+    rng = random.Random(11)
+    sentences, _ = nbest_like(rng, 8, 4)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(5)) for _ in range(6)]
+    per_utt: list[dict | None] = [{"previous": t, "speaker": "s"} for t in texts] + [None, {}]
+    contexts = [c for c in per_utt for _ in range(4)]
+    want = torch_lm.token_logprobs(sentences, contexts)
+    # each utterance's vector computed once, as `rescorer context vectors` writes it
+    vectors = torch_lm.context_vectors(per_utt)
+    assert vectors.shape == (8, 4) and np.abs(vectors[0] - vectors[1]).max() > 1e-3
+    rows = [{"context_vector": ",".join(map(repr, v.tolist()))} for v in vectors]
+    rows[-1] = {}  # no vector: the export's expected one, as torch's missing text
+    vec_contexts = [r for r in rows for _ in range(4)]
+    for kind in ("vector-scorer", "vector-step"):
+        path = export_model(
+            torch_lm.model, VOCAB, tmp_path / f"{kind}.onnx", ExportOptions(kind)
+        ).path
+        lm = OnnxLM(path, device="cpu", batch_tokens=64)  # several batches, contexts mixed
+        got = lm.token_logprobs(sentences, vec_contexts)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, atol=ATOL, rtol=0)
+    # streaming with a vector-step export: each state keeps its utterance's vector
+    states = [lm.start(r) for r in rows[:3]]
+    words = [sentences[0][0], sentences[4][0], sentences[8][0]]
+    values, states = lm.advance(states, words)
+    assert all(s.vector is not None for s in states)
+    for j, value in enumerate(values):
+        assert value == pytest.approx(want[4 * j][0], abs=ATOL)
+    with pytest.raises(ValueError, match="takes no context vectors"):
+        OnnxLM(export_model(torch_lm.model, VOCAB, tmp_path / "s.onnx").path).context_vectors(
+            1, None
+        )
+
+
+def test_cli_context_vectors_export_and_score_with_onnx(tmp_path: Path) -> None:
+    from rescorer.contexts import read_contexts
+    from tests.conftest import write_espnet_set
+
+    ckpt = save_checkpoint(tmp_path / "ckpt", previous_text_model(), VOCAB)
+    rng = random.Random(3)
+    utts = [
+        (f"5-50-{i:04d}", [(" ".join(rng.choice(WORDS) for _ in range(4)), -1.0, -1.0, -1.0)] * 3)
+        for i in range(6)
+    ]
+    nbest = write_espnet_set(tmp_path / "dev", utts)
+    ctx, vec, onnx_path = tmp_path / "ctx.jsonl", tmp_path / "vec.jsonl", tmp_path / "prev.onnx"
+    assert (
+        run(["context", "build", "--nbest", nbest, "--previous", "2", "--out", ctx]).exit_code == 0
+    )
+    result = run(["context", "vectors", "--model", ckpt, "--context", ctx, "--out", vec])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"wrote {vec}: 6 context vectors of 4 numbers"
+    assert set(read_contexts(vec)["5-50-0003"]) == {"context_vector"}
+    result = run(["export", ckpt, onnx_path, "--kind", "vector-scorer"])
+    assert result.exit_code == 0, result.output
+    assert "(vector-scorer, context_vector input of 4 numbers" in result.output
+    assert "parity with PyTorch ok" in result.output
+    scores = {}
+    for name, spec, context in (("t", f"torch:{ckpt}", ctx), ("o", f"onnx:{onnx_path}", vec)):
+        out = tmp_path / f"{name}.jsonl"
+        result = run(["score", "--nbest", nbest, "--lm", f"nlm={spec}", "--context", context,
+                      "--out", out])  # fmt: skip
+        assert result.exit_code == 0, result.output
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        scores[name] = [h["scores"]["nlm"] for row in rows for h in row["hyps"]]
+    np.testing.assert_allclose(scores["o"], scores["t"], atol=ATOL, rtol=0)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"utt": "u1", "fields": {"previous": "a b"}}\n{"utt": \n', encoding="utf-8")
+    result = run(["context", "vectors", "--model", ckpt, "--context", bad, "--out", vec])
+    assert result.exit_code == 2 and "bad.jsonl:2: invalid JSON" in result.output
+    assert "Traceback" not in result.output
+    # a context folded into a vector kind is refused in one line
+    result = run(["export", ckpt, tmp_path / "x.onnx", "--kind", "vector-step", "--context", "a=b"])
+    assert result.exit_code == 2 and "folds no context" in result.output

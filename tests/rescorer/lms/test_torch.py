@@ -226,6 +226,112 @@ def test_a_context_per_utterance_is_scored_as_a_batched_forest(
     assert abs(first[0] - other[0]) > 1e-3
 
 
+PREVIOUS = ContextVariable.text("previous", "hash:8", 8, [0.05 * i for i in range(8)])
+
+
+def text_checkpoint(tmp_path: Path, mode: str = "factor") -> Path:
+    """A model whose context is the previous utterances' text (hash-embedded), random weights."""
+    torch.manual_seed(5)
+    model = ContextLSTM(
+        LSTMConfig(
+            vocab_size=len(VOCAB),
+            embed_dim=6,
+            hidden_dim=8,
+            mode=mode,
+            context_dim=4,
+            rank=2 if mode == "factor" else 0,
+            context_vars=(PREVIOUS,),
+        )
+    )
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
+    return save_checkpoint(tmp_path / f"text_{mode}", model.eval(), VOCAB)
+
+
+def test_a_previous_text_per_utterance_is_one_adaptation_with_shared_prefixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lm_models.lstm import context as context_module
+
+    monkeypatch.setattr(context_module, "_TEXT_CACHES", {})
+    path = text_checkpoint(tmp_path)
+    config = json.loads((path / "config.json").read_text())["config"]
+    assert config["context_vars"][0]["encoder"] == "hash:8"  # data, not a pickled object
+    rng = random.Random(8)
+    sentences, _ = nbest_like(rng, n_utts=8, n_hyps=5, length=8)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(6)) for _ in range(6)]
+    records: list[dict | None] = [{"previous": t} for t in texts] + [{"previous": ""}, None]
+    contexts = [r for r in records for _ in range(5)]  # one record per utterance's hypotheses
+    lm = TorchLM(path, device="cpu", batch_nodes=20)
+    adapted: list[int] = []
+    adapt = lm.model.adapt
+    monkeypatch.setattr(
+        lm.model, "adapt", lambda c, *a, **k: adapted.append(len(c)) or adapt(c, *a, **k)
+    )
+    embedded: list[str] = []
+    cache = context_module.text_encoder("hash:8")
+    embed = cache.embedder.embed
+    monkeypatch.setattr(cache.embedder, "embed", lambda t: embedded.extend(t) or embed(t))
+    got = lm.token_logprobs(sentences, contexts)
+    # one adaptation per utterance (the last two share the expected context), each text
+    # embedded once, and the hypotheses of an utterance share their prefixes
+    assert sum(adapted) == 7 and sorted(embedded) == sorted(texts)
+    keys = [lm.context_key(c) for c in contexts]
+    assert lm.stats.computed_steps == distinct_prefixes(sentences, [dict(k) for k in keys])
+    for words, ctx, lp in zip(sentences, contexts, got, strict=True):
+        np.testing.assert_allclose(lp, naive_logprobs(lm.model, words, ctx), atol=1e-5, rtol=0)
+    # an empty previous text is the expected context; a real one changes the scores
+    s = [sentences[0]]
+    empty = lm.sentence_logprobs(s, [{"previous": ""}])
+    assert empty == pytest.approx(lm.sentence_logprobs(s, [None]), abs=0)
+    assert empty == pytest.approx(lm.sentence_logprobs(s, [{"previous": "  "}]), abs=0)
+    assert abs(lm.sentence_logprobs(s, [{"previous": texts[0]}])[0] - empty[0]) > 1e-3
+
+
+def test_cli_context_build_then_score_and_ppl_with_a_previous_text_model(tmp_path: Path) -> None:
+    from rescorer.contexts import read_contexts
+    from tests.conftest import write_espnet_set
+
+    path = text_checkpoint(tmp_path)
+    rng = random.Random(2)
+    utts = [
+        (f"7-70-{i:04d}", [(" ".join(rng.choice(WORDS) for _ in range(4)), -1.0, -1.0, -1.0)] * 3)
+        for i in range(60)
+    ]
+    nbest = write_espnet_set(tmp_path / "dev", utts, {u: h[0][0] for u, h in utts})
+    ctx = tmp_path / "ctx.jsonl"
+    assert (
+        run(["context", "build", "--nbest", nbest, "--previous", "2", "--out", ctx]).exit_code == 0
+    )
+    scored = tmp_path / "scored.jsonl"
+    result = run(
+        ["score", "--nbest", nbest, "--lm", f"nlm=torch:{path}", "--context", ctx,
+         "--device", "cpu", "--out", scored]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    records = read_contexts(ctx)
+    assert records["7-70-0002"]["previous"] == f"{utts[0][1][0][0]} {utts[1][1][0][0]}"
+    lm = TorchLM(path, device="cpu")
+    rows = [json.loads(line) for line in scored.read_text().splitlines()]
+    for row in rows:
+        want = lm.sentence_logprobs([row["hyps"][0]["text"].split()], [records[row["utt"]]])
+        assert row["hyps"][0]["scores"]["nlm"] == pytest.approx(want[0], abs=1e-5)
+    # ppl: a text field of a value per sentence is summed up as present / missing
+    ref = tmp_path / "ref.txt"
+    ref.write_text("".join(f"{u} {h[0][0]}\n" for u, h in utts), encoding="utf-8")
+    result = run(
+        ["ppl", "--lm", f"torch:{path}", "--text", ref, "--text-format", "kaldi", "--context",
+         ctx, "--device", "cpu"]
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "  previous=<any of 59 values>: ppl" in result.output  # 59 distinct texts
+    assert "  previous=<missing>: ppl " in result.output and "1 sentences" in result.output
+    assert "  recording=7-70: ppl " in result.output  # a field of few values: per value
+    assert sum(line.startswith("  previous=") for line in result.output.splitlines()) == 2
+
+
 def test_empty_sentence_scores_just_the_end(lm: TorchLM) -> None:
     (lp,) = lm.token_logprobs([[]], [{"genre": "news"}])
     assert lp.shape == (1,)

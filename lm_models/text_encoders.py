@@ -1,8 +1,10 @@
-"""Pretrained text encoders that turn context strings into vectors (the frozen part of CUE).
+"""Frozen text encoders that turn context strings into vectors, shared by the families.
 
 Novotney et al. (2022, section 3.1) present every contextual signal to the context encoder as an
 English string ("genre: news", "previous sentence: ...") and embed each string with a frozen
-pretrained encoder (DistilBERT's CLS vector in the paper). Here the encoder sits behind a small
+pretrained encoder (DistilBERT's CLS vector in the paper); the LSTM family's ``text`` context
+variables (:mod:`lm_models.lstm.context`, e.g. the previous sentences) embed their value the
+same way and use the vector as a numerical context. Here the encoder sits behind a small
 interface, :class:`TextEmbedder` (``name``, ``dim``, ``embed(texts) -> (n, dim) float32``), built
 from a spec string by :func:`make_embedder`:
 
@@ -249,9 +251,16 @@ class VectorCache:
         return np.stack(self._rows)
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """(len(texts), dim) float32: the vector of each string (embedding the new ones)."""
         rows = self.index(texts)
-        table = self.table()
-        return table[rows] if rows else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        if not rows:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return np.stack([self._rows[i] for i in rows])
+
+    def clear(self) -> None:
+        """Forget every vector (a cache that must stay bounded starts again)."""
+        self._index.clear()
+        self._rows.clear()
 
     def save(self, path: str | Path) -> None:
         """Write the table (temporary files renamed into place)."""
