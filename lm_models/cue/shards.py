@@ -18,7 +18,7 @@ It is cut into shards once (``rescorer corpus shard train.jsonl shards/ --shards
 
 The frozen string encoder is the slow part, and a previous-sentence context makes one string
 per sentence, so a shard's string vectors are computed the first time the shard is read and
-kept on disk (:class:`ShardVectors`: a :meth:`~lm_models.cue.encoders.VectorCache.save` file
+kept on disk (:class:`ShardVectors`: a :meth:`~lm_models.text_encoders.VectorCache.save` file
 pair per shard, named by a key of the shard's SHA-256, the embedder and the context fields, so
 that a changed shard, embedder or field list is never read from an old file); later epochs and
 stages load them. The stages that ignore the context (the sentence LM, the proxy
@@ -26,7 +26,7 @@ auto-encoder, proxy training) read no vectors.
 
 Usage (in every process; under torchrun after :func:`lm_models.distributed.init_world`)::
 
-    from lm_models.cue.encoders import VectorCache, make_embedder
+    from lm_models.text_encoders import VectorCache, make_embedder
     from lm_models.cue.shards import (
         CUEShards, ShardVectors, count_shards, read_sentence_records)
     from lm_models.cue.train import make_data, train_cue, train_sentence_lm
@@ -61,10 +61,10 @@ from typing import Any
 import numpy as np
 
 from lm_models.corpus_shards import ShardInfo, ShardStream
-from lm_models.cue.encoders import TextEmbedder, VectorCache
 from lm_models.cue.model import render_context
 from lm_models.cue.train import CUEData, batch_count, encode_sentences, make_data
 from lm_models.distributed import World, counted_shards, current_world
+from lm_models.text_encoders import TextEmbedder, VectorCache
 from lm_models.vocab import Vocabulary, counted_vocabulary
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines

@@ -21,7 +21,6 @@ import torch
 import torch.multiprocessing as mp
 
 from lm_models.corpus_shards import INDEX_FILE, ShardIndex, ShardReader, write_shards
-from lm_models.cue.encoders import HashEmbedder, VectorCache
 from lm_models.cue.model import SentenceLM, render_context
 from lm_models.cue.shards import (
     CUEShards,
@@ -41,6 +40,7 @@ from lm_models.cue.train import (
     train_sentence_lm,
 )
 from lm_models.distributed import ONE_PROCESS, World, close_world, end_process, init_world
+from lm_models.text_encoders import HashEmbedder, VectorCache
 from lm_models.vocab import build_vocabulary
 from rescorer.core.errors import InputError
 from tests.lm_models.cue.test_cue import CTX_DIM, FIELDS, tiny_corpus, tiny_lm, tiny_vocab
