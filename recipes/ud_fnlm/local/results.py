@@ -1,13 +1,13 @@
 """Stage 5 of recipes/ud_fnlm: Tables 1 and 2 of Alexandrescu & Kirchhoff (2006) -> RESULTS.md.
 
-    python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --treebanks tr en --seeds 0 1
+    python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --treebanks tr ug brown --seeds 0 1
 
-For each treebank: per-token natural-log probabilities of dev and test from the 3-gram (KenLM),
-and from every word NLM and FNLM seed under each unknown-factor strategy; Table 1 (mean
-probability of known words after an unknown one) per strategy; the strategy with the best dev
-Table-1 value is then used for Table 2, as the paper does. Interpolations: EM weights on dev
-(separately for "no unk", on the tokens with known words, and for "w/unk", on all tokens),
-applied to dev and test. Seeds are summarised as mean ± half the range.
+For each corpus (a treebank or tagged Brown): per-token natural-log probabilities of dev and
+test from the 3-gram (KenLM), and from every word NLM and FNLM seed under each unknown-factor
+strategy; Table 1 (mean probability of known words after an unknown one) per strategy; the
+strategy with the best dev Table-1 value is then used for Table 2, as the paper does.
+Interpolations: EM weights on dev (separately for "no unk", on the tokens with known words, and
+for "w/unk", on all tokens), applied to dev and test. Seeds are summarised as mean ± half the range.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from prepare import conllu  # local/prepare.py, beside this script
 
 from lm_models.fnlm.evaluate import TokenFlags, mean_prob_after_unknown, token_flags
 from lm_models.fnlm.factors import FactorSettings, words_of_text
@@ -105,7 +106,7 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
     splits: dict[str, Split] = {}
     words = {}
     for split in SPLITS:
-        path = data_dir / conf["treebank"] / f"{conf['prefix']}-{split}.conllu"
+        path = conllu(conf, data_dir, exp, split)
         words[split] = read_sentences(path, "conllu", data["unit"], data["drop_punct"])
         tokens = [[settings.token(w) for w in s] for s in words[split]]
         flags = token_flags(tokens, known)
@@ -272,6 +273,7 @@ def render(confs: list[dict], results: list[dict], seeds: list[int], header: lis
             "",
             f"## {conf['title']}",
             "",
+            *([conf["text"], ""] if "text" in conf else []),
             f"Training text: {res['train_words']:,} tokens, vocabulary {res['vocab']:,} words "
             f"(every training word; the same for all models). "
             + "; ".join(
@@ -379,10 +381,11 @@ def render(confs: list[dict], results: list[dict], seeds: list[int], header: lis
             out += [
                 "",
                 f"FNLM on plain text (stage 4, seed {seeds[0]}): `rescorer ppl --lm fnlm:DIR` "
-                "on test.txt, where each word's lemma/POS/FEATS come from the lexicon saved with "
+                "on test.txt, where each word's annotation factors (lemma, POS, FEATS; the tags "
+                "for Brown) come from the lexicon saved with "
                 f"the model ({f['lexicon_words']:,} training words, each with its most frequent "
                 f"annotation), gives test perplexity excluding OOVs {f['cli']:.2f}; the same "
-                f"model with the treebank's gold annotation: {f['gold']:.2f}; on plain text "
+                f"model with the corpus's gold annotation: {f['gold']:.2f}; on plain text "
                 f"with no annotation (every history factor unknown, as before lexicons): "
                 f"{f['unannotated']:.2f}.",
             ]
@@ -411,13 +414,14 @@ def main() -> None:
             stages[name] = stages.get(name, 0) + int(seconds)
     total = sum(stages.values()) + time.perf_counter() - t0
     command = "bash recipes/ud_fnlm/run.sh"
-    if args.treebanks != ["tr", "ug"] or args.seeds != [0, 1]:
+    if args.treebanks != ["tr", "ug", "brown"] or args.seeds != [0, 1]:
         command = (
             f"TREEBANKS={shlex.quote(' '.join(args.treebanks))} "
             f"SEEDS={shlex.quote(' '.join(map(str, args.seeds)))} {command}"
         )
     header = [
-        "# Factored neural LMs on UD treebanks (Alexandrescu & Kirchhoff 2006): results",
+        "# Factored neural LMs on UD treebanks and tagged Brown (Alexandrescu & Kirchhoff 2006): "
+        "results",
         "",
         f"- Command: `{command}` (every step niced)",
         f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
@@ -441,8 +445,9 @@ def main() -> None:
         "- Table 1: arithmetic mean of P over known words (not </s>) with an unknown word among "
         "the two previous words of their sentence; the strategy with the highest dev value "
         "is the one each neural model uses in Table 2.",
-        "- Text: surface tokens of the CoNLL-U files (a multiword token is one word; its factors "
-        "join its parts' with +), lower-cased, punctuation left out.",
+        "- Text (treebanks): surface tokens of the CoNLL-U files (a multiword token is one "
+        "word; its factors join its parts' with +), lower-cased, punctuation left out. Brown: "
+        "in its own section.",
     ]
     with atomic_write(args.recipe / "RESULTS.md") as f:
         f.write(render(confs, results, args.seeds, header))
