@@ -32,11 +32,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lm_models.corpora import Document
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
 from rescorer.core.output import atomic_write
+
+if TYPE_CHECKING:  # corpora is slow to import (its tokenizer's tables); conllu stays light
+    from lm_models.corpora import Document
 
 logger = logging.getLogger(__name__)
 

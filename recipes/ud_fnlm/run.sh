@@ -25,6 +25,15 @@ source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, t
 PY=$ROOT/.venv/bin/python
 RESCORER=$ROOT/.venv/bin/rescorer
 
+# The seeds of SEEDS that a corpus trains: all, or those its conf lists under "seeds" (Brown:
+# one, for the time budget; local/results.py reads the same field).
+conf_seeds() {
+  "$PY" -c 'import json, sys
+listed = json.load(open(sys.argv[1], encoding="utf-8")).get("seeds")
+print(" ".join(s for s in sys.argv[2:] if listed is None or int(s) in listed))' \
+    "$HERE/conf/$1.json" $SEEDS
+}
+
 if run_stage 0; then
   log "stage 0: set-up"
   bash "$ROOT/scripts/setup.sh"
@@ -34,6 +43,8 @@ fi
 
 for tb in $TREEBANKS; do
   out=$EXP/$tb
+  seeds=$(conf_seeds "$tb")
+  [ -n "$seeds" ] || { log "$tb: none of SEEDS ($SEEDS) is in conf/$tb.json's seeds"; exit 1; }
   if run_stage 1 && [ ! -s "$out/fnlm.json" ]; then
     log "stage 1: $tb: text and training configs (Brown: first as CoNLL-U, split by document)"
     timed "prepare_$tb" "$PY" "$HERE/local/prepare.py" "$HERE/conf/$tb.json" "$DATA" "$out"
@@ -51,7 +62,7 @@ for tb in $TREEBANKS; do
 
   if run_stage 3; then
     for model in nlm fnlm; do
-      for seed in $SEEDS; do
+      for seed in $seeds; do
         [ -s "$out/${model}_seed$seed/model.safetensors" ] && continue
         log "stage 3: $tb: training $model, seed $seed"
         timed "train_${tb}_${model}_seed$seed" "$RESCORER" -q fnlm-train "$out/$model.json" \
@@ -60,7 +71,7 @@ for tb in $TREEBANKS; do
     done
   fi
 
-  first=${SEEDS%% *}
+  first=${seeds%% *}
   if run_stage 4 && [ ! -s "$out/mix_cli.txt" ]; then
     # The interpolation 3-gram & word NLM as one model of the rescorer (mix:FILE.json): EM
     # weights on dev, perplexity on test. The word NLM needs no annotation, so its plain-text

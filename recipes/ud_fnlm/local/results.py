@@ -95,6 +95,15 @@ def rare_class_ngram(ngram: KenLM, tokens: list[list[str]], lm: FactoredLM) -> n
     return lp + extra
 
 
+def conf_seeds(conf: dict, seeds: list[int]) -> list[int]:
+    """The seeds of ``seeds`` that a corpus trains: all, or those of its conf's ``seeds``."""
+    listed = conf.get("seeds")
+    out = [s for s in seeds if listed is None or s in listed]
+    if not out:
+        raise SystemExit(f"{conf['name']}: none of the seeds {seeds} is in its conf's {listed}")
+    return out
+
+
 def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
     data = conf["data"]
     settings = FactorSettings(("word",), data["lower"], data["language"])
@@ -248,6 +257,7 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
                 "lexicon_words": 0 if lm.lexicon is None else len(lm.lexicon),
             }
     return {
+        "seeds": seeds,
         "fnlm_cli": fnlm_cli,
         "table2": table2,
         "table1": table1_rows,
@@ -265,9 +275,10 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
     }  # fmt: skip
 
 
-def render(confs: list[dict], results: list[dict], seeds: list[int], header: list[str]) -> str:
+def render(confs: list[dict], results: list[dict], header: list[str]) -> str:
     out = [*header]
     for conf, res in zip(confs, results, strict=True):
+        seeds = res["seeds"]
         t2, t1 = res["table2"], res["table1"]
         out += [
             "",
@@ -405,7 +416,10 @@ def main() -> None:
         json.loads((args.recipe / "conf" / f"{tb}.json").read_text(encoding="utf-8"))
         for tb in args.treebanks
     ]
-    results = [evaluate(conf, args.exp / conf["name"], args.data, args.seeds) for conf in confs]
+    results = [
+        evaluate(conf, args.exp / conf["name"], args.data, conf_seeds(conf, args.seeds))
+        for conf in confs
+    ]
     stages = {}
     times = args.exp / "times.tsv"
     if times.exists():
@@ -428,8 +442,13 @@ def main() -> None:
         f"- Device: {describe_machine()}; models trained on the CPU",
         f"- Wall time: {total / 60:.1f} min for preparation, n-grams, training and tables "
         f"(training {sum(v for k, v in stages.items() if k.startswith('train')) / 60:.1f} min)",
-        f"- Seeds: {', '.join(map(str, args.seeds))}; neural rows are mean ± half the range "
-        "over seeds (the 3-gram has no seed).",
+        f"- Seeds: {', '.join(map(str, args.seeds))}"
+        + "".join(
+            f" ({conf['title']}: {', '.join(map(str, res['seeds']))})"
+            for conf, res in zip(confs, results, strict=True)
+            if res["seeds"] != args.seeds
+        )
+        + "; neural rows are mean ± half the range over seeds (the 3-gram has no seed).",
         "- Perplexities are per token, the words and one </s> per sentence (natural logs "
         "throughout). **no unk**: tokens whose word was seen in training, unknown words left "
         "out of the sum and the count (SRILM's ppl). **w/unk**: every token; an unknown word is "
@@ -450,7 +469,7 @@ def main() -> None:
         "in its own section.",
     ]
     with atomic_write(args.recipe / "RESULTS.md") as f:
-        f.write(render(confs, results, args.seeds, header))
+        f.write(render(confs, results, header))
 
 
 if __name__ == "__main__":
