@@ -19,18 +19,27 @@ them out. Field values are kept as written; ``_`` means "unspecified" in every f
 and LEMMA, where it can also be a literal underscore (the format does not tell them apart).
 
 Malformed input raises :class:`rescorer.core.errors.InputError` naming the file and line.
+
+:func:`write_tagged_conllu` writes the other way round: POS-tagged documents (tagged Brown,
+:func:`lm_models.corpora.read_brown_tagged`) as CoNLL-U, so that the CoNLL-U readers (and their
+shards) serve them too.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
+
+if TYPE_CHECKING:  # corpora is slow to import (its tokenizer's tables); conllu stays light
+    from lm_models.corpora import Document
 
 logger = logging.getLogger(__name__)
 
@@ -340,3 +349,57 @@ def read_conllu(path: str | Path) -> list[Sentence]:
     sentences = list(iter_conllu(path))
     logger.info("read %d sentences from %s", len(sentences), path)
     return sentences
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+_NOT_IN_FIELD = re.compile(r"[\t\n\r]")
+
+
+def _field(value: str, what: str) -> str:
+    if not value or _NOT_IN_FIELD.search(value):
+        raise ValueError(f"{what} {value!r} cannot be a CoNLL-U field (empty, tab or line break)")
+    return value
+
+
+def tagged_sentence(
+    words: Sequence[tuple[str, str, str]], comments: Sequence[tuple[str, str]] = ()
+) -> str:
+    """One CoNLL-U sentence (its lines and the blank line that ends it) of ``(form, upos,
+    xpos)`` words, every other field ``_``; ``comments`` as ``# key = value`` lines first.
+    ValueError for no words or a value that a field cannot hold (empty, tab, line break)."""
+    if not words:
+        raise ValueError("a CoNLL-U sentence needs at least one word")
+    lines = [f"# {_field(k, 'comment key')} = {_field(v, 'comment value')}" for k, v in comments]
+    for i, (form, upos, xpos) in enumerate(words, 1):
+        fields = (_field(form, "form"), _field(upos, "UPOS"), _field(xpos, "XPOS"))
+        lines.append(f"{i}\t{fields[0]}\t_\t{fields[1]}\t{fields[2]}\t_\t_\t_\t_\t_")
+    return "\n".join(lines) + "\n\n"
+
+
+def write_tagged_conllu(
+    path: str | Path, docs: Iterable[Document], upos: Callable[[str], str]
+) -> int:
+    """Write tagged documents (:attr:`Document.tags`) to ``path`` as CoNLL-U; the number of
+    sentences written.
+
+    Each token is a word: FORM the token, XPOS its tag, UPOS ``upos(tag)`` (e.g.
+    :func:`lm_models.corpora.brown_coarse_tag`), the other fields ``_``. A document starts with
+    ``# newdoc id = DOC``, its sentences have ``# sent_id = DOC-k`` (k from 1). ValueError for a
+    document without tags, an empty sentence or a token, tag or id a field cannot hold; the
+    file is then not written (:func:`rescorer.core.output.atomic_write`).
+    """
+    n = 0
+    with atomic_write(path) as f:
+        for doc in docs:
+            for k, sentence in enumerate(doc.tagged_sentences(), 1):
+                comments = [("sent_id", f"{doc.doc_id}-{k}")]
+                if k == 1:
+                    comments.insert(0, ("newdoc id", doc.doc_id))
+                words = [(form, upos(tag), tag) for form, tag in sentence]
+                try:
+                    f.write(tagged_sentence(words, comments))
+                except ValueError as err:
+                    raise ValueError(f"document {doc.doc_id}, sentence {k}: {err}") from None
+                n += 1
+    return n

@@ -1,38 +1,52 @@
 #!/usr/bin/env bash
-# Factored neural LMs on Universal Dependencies treebanks (Alexandrescu & Kirchhoff 2006,
-# Tables 1 and 2): a modified Kneser-Ney 3-gram, a word NLM and a factored NLM per treebank,
-# their linear interpolations with EM weights, perplexity with and without unknown words, and
-# the probability of words after unknown ones for each unknown-factor strategy.
+# Factored neural LMs on Universal Dependencies treebanks and on tagged Brown (Alexandrescu &
+# Kirchhoff 2006, Tables 1 and 2): a modified Kneser-Ney 3-gram, a word NLM and a factored NLM
+# per corpus, their linear interpolations with EM weights, perplexity with and without unknown
+# words, and the probability of words after unknown ones for each unknown-factor strategy.
+# Tagged Brown (conf/brown.json, ~1 M words, the Brown tag and its coarse tag as factors) is
+# split by document and written as CoNLL-U in stage 1; from there it takes the treebanks' path.
 # Writes RESULTS.md beside this script. Each stage skips work whose output exists; delete exp/
 # to start over.
 #
 #   bash recipes/ud_fnlm/run.sh [--stage N] [--stop-stage N]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
-# TREEBANKS (conf names, "tr ug"), SEEDS ("0 1"), EXP (recipes/ud_fnlm/exp).
+# TREEBANKS (conf names, "tr ug brown"), SEEDS ("0 1"), EXP (recipes/ud_fnlm/exp).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
-TREEBANKS=${TREEBANKS:-"tr ug"}
+TREEBANKS=${TREEBANKS:-"tr ug brown"}
 SEEDS=${SEEDS:-"0 1"}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 PY=$ROOT/.venv/bin/python
 RESCORER=$ROOT/.venv/bin/rescorer
 
+# The seeds of SEEDS that a corpus trains: all, or those its conf lists under "seeds" (Brown:
+# one, for the time budget; local/results.py reads the same field).
+conf_seeds() {
+  "$PY" -c 'import json, sys
+listed = json.load(open(sys.argv[1], encoding="utf-8")).get("seeds")
+print(" ".join(s for s in sys.argv[2:] if listed is None or int(s) in listed))' \
+    "$HERE/conf/$1.json" $SEEDS
+}
+
 if run_stage 0; then
   log "stage 0: set-up"
   bash "$ROOT/scripts/setup.sh"
   [ -d "$DATA/ud" ] || { log "no treebanks under $DATA/ud (set RESCORER_DATA)"; exit 1; }
+  [ -d "$DATA/corpora/brown" ] || { log "no Brown corpus under $DATA/corpora/brown"; exit 1; }
 fi
 
 for tb in $TREEBANKS; do
   out=$EXP/$tb
+  seeds=$(conf_seeds "$tb")
+  [ -n "$seeds" ] || { log "$tb: none of SEEDS ($SEEDS) is in conf/$tb.json's seeds"; exit 1; }
   if run_stage 1 && [ ! -s "$out/fnlm.json" ]; then
-    log "stage 1: $tb: text and training configs"
+    log "stage 1: $tb: text and training configs (Brown: first as CoNLL-U, split by document)"
     timed "prepare_$tb" "$PY" "$HERE/local/prepare.py" "$HERE/conf/$tb.json" "$DATA" "$out"
   fi
 
@@ -48,7 +62,7 @@ for tb in $TREEBANKS; do
 
   if run_stage 3; then
     for model in nlm fnlm; do
-      for seed in $SEEDS; do
+      for seed in $seeds; do
         [ -s "$out/${model}_seed$seed/model.safetensors" ] && continue
         log "stage 3: $tb: training $model, seed $seed"
         timed "train_${tb}_${model}_seed$seed" "$RESCORER" -q fnlm-train "$out/$model.json" \
@@ -57,7 +71,7 @@ for tb in $TREEBANKS; do
     done
   fi
 
-  first=${SEEDS%% *}
+  first=${seeds%% *}
   if run_stage 4 && [ ! -s "$out/mix_cli.txt" ]; then
     # The interpolation 3-gram & word NLM as one model of the rescorer (mix:FILE.json): EM
     # weights on dev, perplexity on test. The word NLM needs no annotation, so its plain-text

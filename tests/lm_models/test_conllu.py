@@ -1,4 +1,5 @@
-"""CoNLL-U reader on hand-written sentences: words, multiword tokens, empty nodes, bad input."""
+"""CoNLL-U reader on hand-written sentences: words, multiword tokens, empty nodes, bad input;
+the writer of tagged documents (tagged Brown) read back."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lm_models.conllu import parse_feats, read_conllu
+from lm_models.conllu import parse_feats, read_conllu, tagged_sentence, write_tagged_conllu
+from lm_models.corpora import Document, brown_coarse_tag, read_brown_tagged
+from lm_models.fnlm.train import read_sentences
 from rescorer.core.errors import InputError
 
 # Two sentences: English with a multiword token (3-4 "page's"), and one with an empty node 2.1
@@ -135,3 +138,84 @@ def test_real_treebank_counts(data_dir: Path) -> None:
     assert len(sentences) == 1100
     assert sum(len(s.words) for s in sentences) == 10542
     assert any(s.multiword_tokens for s in sentences)
+
+
+# --- writing tagged documents ------------------------------------------------------------------
+
+BROWN = {
+    "ca01": "\tThe/at Fulton/np-tl jury/nn said/vbd ``/`` no/at ''/'' ./.\n\n"
+    "\tIt/pps was/bedz n't/* his/pp$ ,/, he's/pps+bez 3/cd\n",
+    "cb01": "Assembly/nn-hl session/nn-hl ./.-hl\n\t--/-- ``/``\n\tand/or/cc de/fw-in\n",
+}
+
+
+@pytest.fixture()
+def brown_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "brown"
+    root.mkdir()
+    (root / "cats.txt").write_text("ca01 news\ncb01 editorial\n", encoding="utf-8")
+    for name, text in BROWN.items():
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+def test_tagged_sentence_columns() -> None:
+    text = tagged_sentence([("The", "DET", "at"), ("jury", "nn", "nn")], [("sent_id", "a-1")])
+    assert text.split("\n") == [
+        "# sent_id = a-1",
+        "1\tThe\t_\tDET\tat\t_\t_\t_\t_\t_",
+        "2\tjury\t_\tnn\tnn\t_\t_\t_\t_\t_",
+        "",
+        "",
+    ]
+
+
+def test_tagged_brown_read_back(brown_dir: Path, tmp_path: Path) -> None:
+    """Every token a word, its tag as XPOS and its coarse tag as UPOS, in the token's line."""
+    docs = read_brown_tagged(brown_dir, lower=False, drop_punct=False)
+    path = tmp_path / "brown.conllu"
+    assert write_tagged_conllu(path, docs, brown_coarse_tag) == 5
+    sentences = read_conllu(path)
+    assert [s.sent_id for s in sentences] == ["ca01-1", "ca01-2", "cb01-1", "cb01-2", "cb01-3"]
+    assert [s.comment("newdoc id") for s in sentences] == ["ca01", None, "cb01", None, None]
+    pairs = [pair for d in docs for pair in d.tagged_sentences()]
+    for sentence, tagged in zip(sentences, pairs, strict=True):
+        assert [(w.form, w.xpos, w.upos) for w in sentence.words] == [
+            (form, tag, brown_coarse_tag(tag)) for form, tag in tagged
+        ]
+        assert all(w.lemma == w.feats == "_" and w.head is None for w in sentence.words)
+    assert [(w.form, w.upos, w.xpos) for w in sentences[1].words] == [
+        ("It", "pps", "pps"),
+        ("was", "bedz", "bedz"),
+        ("n't", "*", "*"),
+        ("his", "pp", "pp$"),
+        (",", "PUNCT", ","),
+        ("he's", "pps+bez", "pps+bez"),
+        ("3", "cd", "cd"),
+    ]
+    # The FNLM's CoNLL-U path leaves out the same punctuation as the Brown reader.
+    read = read_sentences(path, "conllu", "token", drop_punct=True)
+    brown = [s for d in read_brown_tagged(brown_dir, lower=False) for s in d.tagged_sentences()]
+    assert [[(w.form, w.xpos) for w in s] for s in read] == [list(s) for s in brown]
+    assert [w.upos for w in read[3]] == ["cc", "fw"]
+
+
+def test_write_tagged_conllu_errors(tmp_path: Path) -> None:
+    path = tmp_path / "out.conllu"
+    with pytest.raises(ValueError, match="has no tags"):
+        write_tagged_conllu(path, [Document("d", [["a"]])], brown_coarse_tag)
+    bad = Document("d", [["a"], ["b", "c\td"]], tags=[["at"], ["nn", "nn"]])
+    with pytest.raises(ValueError, match=r"document d, sentence 2: form 'c\\td'"):
+        write_tagged_conllu(path, [bad], brown_coarse_tag)
+    with pytest.raises(ValueError, match="UPOS ''"):
+        write_tagged_conllu(path, [Document("d", [["a"]], tags=[["at"]])], lambda tag: "")
+    assert not path.exists()  # nothing written on failure
+    with pytest.raises(ValueError, match="at least one word"):
+        tagged_sentence([])
+
+
+def test_tagged_brown_bad_input_names_file_and_line(brown_dir: Path) -> None:
+    (brown_dir / "cb01").write_text("a/at\n\tb/nn c\n", encoding="utf-8")
+    with pytest.raises(InputError, match="'c' is not 'word/tag'") as info:
+        read_brown_tagged(brown_dir, lower=False, drop_punct=False)
+    assert info.value.path == str(brown_dir / "cb01") and info.value.line == 2

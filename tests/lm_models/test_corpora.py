@@ -19,6 +19,7 @@ from lm_models.corpora import (
     PAPER_MAX_LEN,
     Document,
     brown_base_tag,
+    brown_coarse_tag,
     chunk_documents,
     clean_agnews_text,
     corpus_stats,
@@ -221,6 +222,13 @@ def test_read_brown_tagged(brown_dir: Path) -> None:
         "*",
         "-hl",
     ]
+
+
+def test_brown_coarse_tag() -> None:
+    tags = ["nn", "nns$-tl", "fw-nn-hl", "pp$$", "pp$", "ppss+md", "md*", ".-hl", "--", "'", "-hl"]
+    assert [brown_coarse_tag(t) for t in tags] == [
+        "nn", "nns", "fw", "pp", "pp", "ppss+md", "md*", "PUNCT", "PUNCT", "PUNCT", "-hl",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,12 @@
 
     python local/prepare.py conf/tr.json DATA_DIR exp/tr
 
-Writes, from the treebank's train/dev/test CoNLL-U files:
+A treebank conf names its train/dev/test CoNLL-U files (``treebank``, ``prefix``). The tagged
+Brown conf (``brown``: the corpus folder) is made into CoNLL-U here first: the documents split
+80/10/10 by ``split`` (stratified by genre, ``split_seed``), each split written to
+``{train,dev,test}.conllu`` with the Brown tag as XPOS and its coarse tag as UPOS
+(:func:`lm_models.corpora.brown_coarse_tag`; ``PUNCT`` for punctuation); from there on both
+take the same path. Writes, from the train/dev/test CoNLL-U files:
 - ``{train,dev,test}.txt``: one sentence per line, the tokens every model predicts (surface
   tokens, lower-cased, punctuation left out, as the conf says), for lmplz and for rescorer ppl;
 - ``train_rare.txt``: the training text with the words seen fewer than ``output_min_count``
@@ -18,6 +23,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from lm_models.conllu import write_tagged_conllu
+from lm_models.corpora import brown_coarse_tag, read_brown_tagged, split_documents
 from lm_models.fnlm.factors import FactorSettings
 from lm_models.fnlm.train import read_sentences
 from rescorer.core.output import atomic_write
@@ -31,8 +38,19 @@ def rare_class(token: str, counts: Counter[str], min_count: int) -> str:
     return token if counts[token] >= min_count else RARE
 
 
-def conllu(conf: dict, data_dir: Path, split: str) -> Path:
+def conllu(conf: dict, data_dir: Path, exp: Path, split: str) -> Path:
+    """The CoNLL-U file of a split: the treebank's, or the one written from Brown in ``exp``."""
+    if "brown" in conf:
+        return exp / f"{split}.conllu"
     return data_dir / conf["treebank"] / f"{conf['prefix']}-{split}.conllu"
+
+
+def brown_to_conllu(conf: dict, data_dir: Path, exp: Path) -> None:
+    """The tagged Brown documents, split by document, as ``exp/{train,dev,test}.conllu``."""
+    docs = read_brown_tagged(data_dir / conf["brown"], lower=False, drop_punct=False)
+    parts = split_documents(docs, conf["split"], "genre", conf["split_seed"])
+    for split, part in zip(SPLITS, parts, strict=True):
+        write_tagged_conllu(conllu(conf, data_dir, exp, split), part, brown_coarse_tag)
 
 
 def main() -> None:
@@ -41,9 +59,11 @@ def main() -> None:
     data = conf["data"]
     settings = FactorSettings(("word",), data["lower"], data["language"])
     out.mkdir(parents=True, exist_ok=True)
+    if "brown" in conf:
+        brown_to_conllu(conf, data_dir, out)
     text = {}
     for split in SPLITS:
-        sentences = read_sentences(conllu(conf, data_dir, split), "conllu", data["unit"],
+        sentences = read_sentences(conllu(conf, data_dir, out, split), "conllu", data["unit"],
                                    data["drop_punct"])  # fmt: skip
         text[split] = [[settings.token(w) for w in words] for words in sentences]
         with atomic_write(out / f"{split}.txt") as f:
@@ -58,8 +78,8 @@ def main() -> None:
         config = {
             "data": {
                 "corpus": "conllu",
-                "train": str(conllu(conf, data_dir, "train").resolve()),
-                "dev": str(conllu(conf, data_dir, "dev").resolve()),
+                "train": str(conllu(conf, data_dir, out, "train").resolve()),
+                "dev": str(conllu(conf, data_dir, out, "dev").resolve()),
                 "factors": spec["factors"],
                 **data,
             },

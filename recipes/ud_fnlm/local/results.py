@@ -1,13 +1,13 @@
 """Stage 5 of recipes/ud_fnlm: Tables 1 and 2 of Alexandrescu & Kirchhoff (2006) -> RESULTS.md.
 
-    python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --treebanks tr en --seeds 0 1
+    python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --treebanks tr ug brown --seeds 0 1
 
-For each treebank: per-token natural-log probabilities of dev and test from the 3-gram (KenLM),
-and from every word NLM and FNLM seed under each unknown-factor strategy; Table 1 (mean
-probability of known words after an unknown one) per strategy; the strategy with the best dev
-Table-1 value is then used for Table 2, as the paper does. Interpolations: EM weights on dev
-(separately for "no unk", on the tokens with known words, and for "w/unk", on all tokens),
-applied to dev and test. Seeds are summarised as mean ± half the range.
+For each corpus (a treebank or tagged Brown): per-token natural-log probabilities of dev and
+test from the 3-gram (KenLM), and from every word NLM and FNLM seed under each unknown-factor
+strategy; Table 1 (mean probability of known words after an unknown one) per strategy; the
+strategy with the best dev Table-1 value is then used for Table 2, as the paper does.
+Interpolations: EM weights on dev (separately for "no unk", on the tokens with known words, and
+for "w/unk", on all tokens), applied to dev and test. Seeds are summarised as mean ± half the range.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from prepare import conllu  # local/prepare.py, beside this script
 
 from lm_models.fnlm.evaluate import TokenFlags, mean_prob_after_unknown, token_flags
 from lm_models.fnlm.factors import FactorSettings, words_of_text
@@ -94,6 +95,15 @@ def rare_class_ngram(ngram: KenLM, tokens: list[list[str]], lm: FactoredLM) -> n
     return lp + extra
 
 
+def conf_seeds(conf: dict, seeds: list[int]) -> list[int]:
+    """The seeds of ``seeds`` that a corpus trains: all, or those of its conf's ``seeds``."""
+    listed = conf.get("seeds")
+    out = [s for s in seeds if listed is None or s in listed]
+    if not out:
+        raise SystemExit(f"{conf['name']}: none of the seeds {seeds} is in its conf's {listed}")
+    return out
+
+
 def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
     data = conf["data"]
     settings = FactorSettings(("word",), data["lower"], data["language"])
@@ -105,7 +115,7 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
     splits: dict[str, Split] = {}
     words = {}
     for split in SPLITS:
-        path = data_dir / conf["treebank"] / f"{conf['prefix']}-{split}.conllu"
+        path = conllu(conf, data_dir, exp, split)
         words[split] = read_sentences(path, "conllu", data["unit"], data["drop_punct"])
         tokens = [[settings.token(w) for w in s] for s in words[split]]
         flags = token_flags(tokens, known)
@@ -247,6 +257,7 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
                 "lexicon_words": 0 if lm.lexicon is None else len(lm.lexicon),
             }
     return {
+        "seeds": seeds,
         "fnlm_cli": fnlm_cli,
         "table2": table2,
         "table1": table1_rows,
@@ -264,14 +275,16 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
     }  # fmt: skip
 
 
-def render(confs: list[dict], results: list[dict], seeds: list[int], header: list[str]) -> str:
+def render(confs: list[dict], results: list[dict], header: list[str]) -> str:
     out = [*header]
     for conf, res in zip(confs, results, strict=True):
+        seeds = res["seeds"]
         t2, t1 = res["table2"], res["table1"]
         out += [
             "",
             f"## {conf['title']}",
             "",
+            *([conf["text"], ""] if "text" in conf else []),
             f"Training text: {res['train_words']:,} tokens, vocabulary {res['vocab']:,} words "
             f"(every training word; the same for all models). "
             + "; ".join(
@@ -379,10 +392,11 @@ def render(confs: list[dict], results: list[dict], seeds: list[int], header: lis
             out += [
                 "",
                 f"FNLM on plain text (stage 4, seed {seeds[0]}): `rescorer ppl --lm fnlm:DIR` "
-                "on test.txt, where each word's lemma/POS/FEATS come from the lexicon saved with "
+                "on test.txt, where each word's annotation factors (lemma, POS, FEATS; the tags "
+                "for Brown) come from the lexicon saved with "
                 f"the model ({f['lexicon_words']:,} training words, each with its most frequent "
                 f"annotation), gives test perplexity excluding OOVs {f['cli']:.2f}; the same "
-                f"model with the treebank's gold annotation: {f['gold']:.2f}; on plain text "
+                f"model with the corpus's gold annotation: {f['gold']:.2f}; on plain text "
                 f"with no annotation (every history factor unknown, as before lexicons): "
                 f"{f['unannotated']:.2f}.",
             ]
@@ -402,7 +416,10 @@ def main() -> None:
         json.loads((args.recipe / "conf" / f"{tb}.json").read_text(encoding="utf-8"))
         for tb in args.treebanks
     ]
-    results = [evaluate(conf, args.exp / conf["name"], args.data, args.seeds) for conf in confs]
+    results = [
+        evaluate(conf, args.exp / conf["name"], args.data, conf_seeds(conf, args.seeds))
+        for conf in confs
+    ]
     stages = {}
     times = args.exp / "times.tsv"
     if times.exists():
@@ -411,21 +428,27 @@ def main() -> None:
             stages[name] = stages.get(name, 0) + int(seconds)
     total = sum(stages.values()) + time.perf_counter() - t0
     command = "bash recipes/ud_fnlm/run.sh"
-    if args.treebanks != ["tr", "ug"] or args.seeds != [0, 1]:
+    if args.treebanks != ["tr", "ug", "brown"] or args.seeds != [0, 1]:
         command = (
             f"TREEBANKS={shlex.quote(' '.join(args.treebanks))} "
             f"SEEDS={shlex.quote(' '.join(map(str, args.seeds)))} {command}"
         )
     header = [
-        "# Factored neural LMs on UD treebanks (Alexandrescu & Kirchhoff 2006): results",
+        "# Factored neural LMs on UD treebanks and tagged Brown (Alexandrescu & Kirchhoff 2006): "
+        "results",
         "",
         f"- Command: `{command}` (every step niced)",
         f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- Device: {describe_machine()}; models trained on the CPU",
         f"- Wall time: {total / 60:.1f} min for preparation, n-grams, training and tables "
         f"(training {sum(v for k, v in stages.items() if k.startswith('train')) / 60:.1f} min)",
-        f"- Seeds: {', '.join(map(str, args.seeds))}; neural rows are mean ± half the range "
-        "over seeds (the 3-gram has no seed).",
+        f"- Seeds: {', '.join(map(str, args.seeds))}"
+        + "".join(
+            f" ({conf['title']}: {', '.join(map(str, res['seeds']))})"
+            for conf, res in zip(confs, results, strict=True)
+            if res["seeds"] != args.seeds
+        )
+        + "; neural rows are mean ± half the range over seeds (the 3-gram has no seed).",
         "- Perplexities are per token, the words and one </s> per sentence (natural logs "
         "throughout). **no unk**: tokens whose word was seen in training, unknown words left "
         "out of the sum and the count (SRILM's ppl). **w/unk**: every token; an unknown word is "
@@ -441,11 +464,12 @@ def main() -> None:
         "- Table 1: arithmetic mean of P over known words (not </s>) with an unknown word among "
         "the two previous words of their sentence; the strategy with the highest dev value "
         "is the one each neural model uses in Table 2.",
-        "- Text: surface tokens of the CoNLL-U files (a multiword token is one word; its factors "
-        "join its parts' with +), lower-cased, punctuation left out.",
+        "- Text (treebanks): surface tokens of the CoNLL-U files (a multiword token is one "
+        "word; its factors join its parts' with +), lower-cased, punctuation left out. Brown: "
+        "in its own section.",
     ]
     with atomic_write(args.recipe / "RESULTS.md") as f:
-        f.write(render(confs, results, args.seeds, header))
+        f.write(render(confs, results, header))
 
 
 if __name__ == "__main__":
