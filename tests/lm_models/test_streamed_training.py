@@ -271,7 +271,9 @@ def test_total_counts_in_one_process_adds_up_repeated_keys() -> None:
 # -- two processes -------------------------------------------------------------------------------
 
 
-def _shard_worker(rank: int, port: int, family: str, tmp: str) -> None:
+def start_shard_worker(rank: int, port: int) -> list[int]:
+    """In a spawned worker of a 2-process gloo test: its torchrun environment, one thread, and
+    the list the indices of the shards it reads are appended to (ShardReader.read spied on)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE="2", LOCAL_RANK=str(rank))  # fmt: skip
     torch.set_num_threads(1)
@@ -283,6 +285,11 @@ def _shard_worker(rank: int, port: int, family: str, tmp: str) -> None:
         return read(self, i)
 
     ShardReader.read = spy  # type: ignore[method-assign]
+    return reads
+
+
+def _shard_worker(rank: int, port: int, family: str, tmp: str) -> None:
+    reads = start_shard_worker(rank, port)
     got: dict[str, Any] = {}
     if family == "fnlm":
         import lm_models.fnlm.train as module

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import weakref
 from collections import Counter
@@ -342,17 +341,9 @@ def _two_stages(tmp: Path, world: World) -> dict[str, Any]:
 
 
 def _shard_worker(rank: int, port: int, tmp: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_RANK=str(rank))  # fmt: skip
-    torch.set_num_threads(1)
-    reads: list[int] = []
-    read = ShardReader.read
+    from tests.lm_models.test_streamed_training import start_shard_worker
 
-    def spy(self: ShardReader, i: int) -> Any:
-        reads.append(i)
-        return read(self, i)
-
-    ShardReader.read = spy  # type: ignore[method-assign]
+    reads = start_shard_worker(rank, port)
     got = _two_stages(Path(tmp), init_world("cpu"))
     got["reads"] = reads
     Path(tmp, f"rank{rank}.json").write_text(json.dumps(got))
