@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Multiplicative attribute LBLs on the Brown corpus (Kiros, Zemel & Salakhutdinov 2014): a
 # genre-gated LBL (ATD) against a plain LBL of the same size (10k vocabulary, K = F = 64, trained
-# to convergence with early stopping on dev perplexity; perplexity over $SEEDS), an ATD with genre
-# and document attributes whose document vectors are inferred for unseen documents (section
-# 2.5), genre classification of held-out documents from inferred attribute vectors and from the
-# paper's section 3.3 features (eqs. 8-9), conditional word similarity (Table 5), conditioned
-# samples (Table 2), ONNX export; unshared vocabularies (section 2.4) on three UD treebanks with
-# the language as attribute. Writes RESULTS.md and training_curves.png beside this script. Each
-# stage skips work whose output exists; delete exp/ to start over.
+# to convergence with early stopping on dev perplexity; perplexity over $SEEDS), optionally an
+# ATD with genre and document attributes whose document vectors are inferred for unseen
+# documents (section 2.5; $DOC_SEEDS), genre classification of held-out documents from inferred
+# attribute vectors and from the paper's section 3.3 features (eqs. 8-9), conditional word
+# similarity (Table 5), conditioned samples (Table 2), ONNX export; unshared vocabularies
+# (section 2.4) on three UD treebanks with the language as attribute. Writes RESULTS.md and
+# training_curves.png beside this script. Each stage skips work whose output exists; delete
+# exp/ to start over.
 #
 #   bash recipes/brown_attributes/run.sh [--stage N] [--stop-stage N]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # SEEDS ("0 1": the LBL and the genre ATD), DOC_SEEDS (the first of SEEDS: the genre + document
-# ATD; "" for none), MODELS ("lbl atd atd_doc": which models stage 1 trains), EXP
-# (recipes/brown_attributes/exp), NICE (nice level of the work, 10). Training takes about 10 to
-# 15 min per model on one shared CPU core.
+# ATD, capped at 4 epochs to keep the recipe's compute down; "" for none), MODELS ("lbl atd atd_doc":
+# which models stage 1 trains), EXP (recipes/brown_attributes/exp), NICE (nice level of the
+# work, 10). Training takes 12 to 17 min per Brown model on one shared CPU core.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
