@@ -16,7 +16,7 @@
 # SEEDS ("0 1": the LBL and the genre ATD), DOC_SEEDS (the first of SEEDS: the genre + document
 # ATD, capped at 4 epochs to keep the recipe's compute down; "" for none), MODELS ("lbl atd atd_doc":
 # which models stage 1 trains), EXP (recipes/brown_attributes/exp), NICE (nice level of the
-# work, 10). Training takes 12 to 17 min per Brown model on one shared CPU core.
+# work, 10). Training takes 12 to 14 min per Brown model on one shared CPU core.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
