@@ -370,7 +370,10 @@ class LBL(nn.Module):
         """
         if self.config.vocab_attribute and attrs is not None:
             targets = self.in_vocabulary(targets, attrs)
-        return self.log_probs(history, attrs, x).gather(1, targets[:, None])[:, 0]
+        # The output layer's log_prob: on the CPU with one shared bias it reads only the targets
+        # out of blocks of the softmax (no (B, V) tensor; the same values as log_probs).
+        z, weight, bias = self._output(self.predict(history), x, attrs)
+        return self.output.log_prob(z, targets, weight, bias)
 
     def in_vocabulary(self, targets: Tensor, attrs: Tensor) -> Tensor:
         """(B,) target ids with the words outside the row's vocab_attribute block as <unk>."""

@@ -766,8 +766,7 @@ def _row_logprobs(model: LBL, f: Tensor, targets: Tensor, attrs: Tensor) -> Tens
     bias = model.bias.detach()
     if model.config.vocab_attribute:
         bias = model._restrict(bias.expand(f.shape[0], -1), attrs)
-    log_probs = model.output.log_probs(f, model.W_fv.detach().T, bias)  # the shared output layer
-    return log_probs.gather(1, targets[:, None])[:, 0]
+    return model.output.log_prob(f, targets, model.W_fv.detach().T, bias)  # the shared output
 
 
 def infer_attributes(

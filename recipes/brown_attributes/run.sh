@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Multiplicative attribute LBLs on the Brown corpus (Kiros, Zemel & Salakhutdinov 2014): an
-# attribute-gated LBL (ATD) with genre and document attributes against a plain LBL of the same
-# size; perplexity (2 seeds), genre classification of held-out documents from inferred attribute
-# vectors, conditional word similarity (Table 5), conditioned samples (Table 2), ONNX export;
-# unshared vocabularies (section 2.4) on three UD treebanks with the language as attribute.
-# Writes RESULTS.md beside this script. Each stage skips work whose output exists; delete exp/
-# to start over.
+# Multiplicative attribute LBLs on the Brown corpus (Kiros, Zemel & Salakhutdinov 2014): a
+# genre-gated LBL (ATD) against a plain LBL of the same size (10k vocabulary, K = F = 64, trained
+# to convergence with early stopping on dev perplexity; perplexity over $SEEDS), optionally an
+# ATD with genre and document attributes whose document vectors are inferred for unseen
+# documents (section 2.5; $DOC_SEEDS), genre classification of held-out documents from inferred
+# attribute vectors and from the paper's section 3.3 features (eqs. 8-9), conditional word
+# similarity (Table 5), conditioned samples (Table 2), ONNX export; unshared vocabularies
+# (section 2.4) on three UD treebanks with the language as attribute. Writes RESULTS.md and
+# training_curves.png beside this script. Each stage skips work whose output exists; delete
+# exp/ to start over.
 #
 #   bash recipes/brown_attributes/run.sh [--stage N] [--stop-stage N]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
-# SEEDS ("0 1"), EXP (recipes/brown_attributes/exp), NICE (nice level of the work, 10).
+# SEEDS ("0 1": the LBL and the genre ATD), DOC_SEEDS (the first of SEEDS: the genre + document
+# ATD, capped at 4 epochs to keep the recipe's compute down; "" for none), MODELS ("lbl atd atd_doc":
+# which models stage 1 trains), EXP (recipes/brown_attributes/exp), NICE (nice level of the
+# work, 10). Training takes 12 to 14 min per Brown model on one shared CPU core.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,6 +24,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
 SEEDS=${SEEDS:-"0 1"}
+DOC_SEEDS=${DOC_SEEDS-${SEEDS%% *}}
+MODELS=${MODELS:-"lbl atd atd_doc"}
 NICE=${NICE:-10}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
@@ -29,13 +37,19 @@ if run_stage 0; then
 fi
 
 if run_stage 1; then
-  # The plain LBL (factors 0: its own V x K word matrix) and the attribute-gated one (ATD).
-  for model in lbl atd; do
-    for seed in $SEEDS; do
+  # The plain LBL (factors 0: its own V x K word matrix) and the genre-gated LBL (ATD) for every
+  # seed; the ATD with genre and document attributes (section 2.5: document vectors inferred
+  # for unseen documents) for the seeds in $DOC_SEEDS.
+  for model in $MODELS; do
+    seeds=$SEEDS
+    [ "$model" = atd_doc ] && seeds=$DOC_SEEDS
+    for seed in $seeds; do
       [ -s "$EXP/${model}_seed$seed/model.safetensors" ] && continue
       log "stage 1: training $model, seed $seed"
-      timed "train_${model}_seed$seed" $RESCORER -q lbl-train "$HERE/conf/$model.json" \
-        --data-dir "$DATA" --out "$EXP/${model}_seed$seed" --seed "$seed"
+      # the per-epoch log (dev perplexity, tokens/s) in exp/<model>_seed<seed>.log
+      timed "train_${model}_seed$seed" $RESCORER -v --threads 1 lbl-train \
+        "$HERE/conf/$model.json" --data-dir "$DATA" --out "$EXP/${model}_seed$seed" \
+        --seed "$seed" 2> "$EXP/${model}_seed$seed.log"
     done
   done
 fi
@@ -65,7 +79,7 @@ if run_stage 3; then
   for model in lbl shared unshared; do
     [ -s "$ud/ud_$model/model.safetensors" ] && continue
     log "stage 3: UD treebanks, training ud_$model"
-    timed "train_ud_$model" $RESCORER -q lbl-train "$HERE/conf/ud_$model.json" \
+    timed "train_ud_$model" $RESCORER -q --threads 1 lbl-train "$HERE/conf/ud_$model.json" \
       --data-dir "$ud" --out "$ud/ud_$model" --seed "$first"
   done
   if [ ! -s "$ud/ppl_unshared.txt" ]; then

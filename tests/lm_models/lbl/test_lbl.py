@@ -150,6 +150,29 @@ def test_distribution_sums_to_one_and_bos_is_never_predicted() -> None:
     assert bool(torch.isneginf(lp[:, BOS_ID]).all())
 
 
+@pytest.mark.parametrize("kind", ["plain", "gated"])
+def test_forward_equals_the_full_distribution_at_the_targets(kind: str) -> None:
+    """The training forward pass reads the targets out of blocks of the softmax (no (B, V)
+    tensor): the same log-probabilities and gradients as log_probs gathered at the targets."""
+    model = make(factors=0, attributes=()) if kind == "plain" else make()
+    model.train()
+    n = 600  # more rows than one block of the blocked softmax
+    gen = torch.Generator().manual_seed(3)
+    hist = torch.randint(0, len(VOCAB), (n, 3), generator=gen)
+    targets = torch.randint(0, len(VOCAB), (n,), generator=gen)
+    targets[targets == BOS_ID] = EOS_ID  # <s> is never a target
+    attrs = None if kind == "plain" else torch.randint(-1, 3, (n, 2), generator=gen)
+    got = model(hist, targets, attrs=attrs)
+    (got * torch.linspace(0.5, 1.5, n)).sum().backward()
+    grads = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    want = model.log_probs(hist, attrs).gather(1, targets[:, None])[:, 0]
+    (want * torch.linspace(0.5, 1.5, n)).sum().backward()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(grads[k], p.grad, atol=1e-4, rtol=1e-4, msg=k)
+
+
 def test_attribute_vector_lookup_relu_concatenation_and_expected_value() -> None:
     model = make()
     with torch.no_grad():
