@@ -436,15 +436,13 @@ def _with_output(
 def vector_weights(model: ContextLSTM) -> LSTMWeights:
     """The vector form's weights: the unadapted W, b, b_out and the context parts V, Z_L, Z_R
     and Q, applied in the graph from the context embedding given as an input."""
-    if not model.adaptive:
-        raise ValueError("an unadapted model has no context embedding: export it as step or scorer")
-    if model.one_hot_vars:
-        names = [v.name for v in model.one_hot_vars]
+    try:
+        model.check_vector_form()  # the context embedding alone must adapt it
+    except ValueError as err:
         raise ValueError(
-            f"context variable(s) {names} have one-hot softmax biases, which need the "
-            "categorical values and not the context embedding: the vector kinds cannot carry "
-            "them (export multi or multi-scorer, or train with one_hot_bias false)"
-        )
+            f"{err} (the vector kinds take only the embedding; export step/scorer or "
+            "multi/multi-scorer instead)"
+        ) from None
     assert model.Q is not None
     layers = []
     for cell in model.cells:

@@ -482,19 +482,26 @@ class ContextLSTM(nn.Module):
         c = self.context_encoder(batch, n)  # (N, k)
         return self._adapted_from(c, self._output_bias(batch, c))
 
-    def adapt_embedding(self, c: Tensor) -> AdaptedWeights:
-        """The weights of context embeddings ``c`` (N, k) given as such, one row each: what a
-        decoder does with a context vector it computed once per utterance (the ONNX vector
-        form). A model with one-hot softmax biases (sec. 2.3) needs the categorical values
-        themselves: a ValueError."""
+    def check_vector_form(self) -> None:
+        """ValueError unless the context embedding alone adapts the model (the vector form:
+        :meth:`adapt_embedding`, the ONNX vector exports): an unadapted model has none, and
+        one-hot softmax biases (sec. 2.3) need the categorical values themselves."""
         if self.context_encoder is None:
             raise ValueError("an unadapted model has no context embedding")
         if self.one_hot_vars:
             names = [v.name for v in self.one_hot_vars]
             raise ValueError(
                 f"context variable(s) {names} have one-hot softmax biases, which the context "
-                "embedding does not carry: adapt to the records instead"
+                "embedding does not carry: adapt to the records, or train with one_hot_bias "
+                "false"
             )
+
+    def adapt_embedding(self, c: Tensor) -> AdaptedWeights:
+        """The weights of context embeddings ``c`` (N, k) given as such, one row each: what a
+        decoder does with a context vector it computed once per utterance (the ONNX vector
+        form). A model with one-hot softmax biases (sec. 2.3) needs the categorical values
+        themselves: a ValueError."""
+        self.check_vector_form()
         k = self.config.context_dim
         if not isinstance(c, Tensor) or c.dim() != 2 or c.shape[1] != k:
             raise ValueError(
