@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trains the four LSTM modes (2 seeds each) and writes RESULTS.md; finished runs are skipped
-# (delete exp/ to start over). Settings: recipe.json; bigger models there for GPU users.
+# (each leaves a record in runs/, committed; delete it and exp/ to train that run again).
+# Settings: recipe.json; bigger models there for GPU users. `--seeds 2` adds one seed.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

@@ -5,6 +5,12 @@ same LSTM size (skipping runs already finished), then evaluates the best checkpo
 documents: perplexity, and generative classification of the context field (eq. 7) on whole
 documents and on chunks of a few sentences. Writes RESULTS.md in the recipe folder.
 
+Each finished run leaves a small record, ``runs/<mode>_seed<k>.json`` in the recipe folder
+(tracked in git): its training summary, test evaluation and per-epoch log, stamped with a hash of
+the recipe's ``train_config``. RESULTS.md is built from every record that matches the current
+config, so seeds can be trained on different days or machines (``--seeds 2`` adds seed 2 to the
+table); a record from a changed config is ignored with a warning and its run trained again.
+
     python recipes/common/context_lm.py recipes/brown_genre [--seeds 0 1] [--modes factor ...]
 """
 
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import logging
 import os
@@ -124,6 +131,62 @@ def evaluate_run(recipe: Path, spec: dict[str, Any], info: dict, data_dir: Path)
     return res
 
 
+def config_hash(spec: dict[str, Any]) -> str:
+    """Short hash of the recipe's train_config: records made under another config do not mix."""
+    text = json.dumps(spec["train_config"], sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def record_path(recipe: Path, mode: str, seed: int) -> Path:
+    return recipe / "runs" / f"{mode}_seed{seed}.json"
+
+
+def load_record(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The run record at ``path`` if it exists and was made under the current config."""
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{path}: not a run record (invalid JSON: {exc.msg}, line {exc.lineno})"
+        ) from None
+    for key in ("config_hash", "info", "eval", "log"):
+        if key not in rec:
+            raise ValueError(f"{path}: not a run record (expected key {key!r})")
+    if rec["config_hash"] != config_hash(spec):
+        log.warning("%s: made under another train_config; ignored (the run is trained again)", path)
+        return None
+    return rec
+
+
+def save_record(recipe: Path, spec: dict[str, Any], info: dict, ev: dict) -> dict[str, Any]:
+    """Writes the run's record (temp file + rename) and returns it."""
+    rec = {
+        "config_hash": config_hash(spec),
+        "machine": f"{info['device']} ({cpu_name()}, {os.cpu_count()} cores)",
+        "info": info,
+        "eval": ev,
+        "log": epoch_log(recipe, info),
+    }
+    path = record_path(recipe, info["mode"], info["seed"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as f:
+        f.write(json.dumps(rec, indent=1) + "\n")
+    return rec
+
+
+def all_records(recipe: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every current-config record of the recipe, in table order (mode, then seed)."""
+    recs = [
+        rec
+        for path in sorted((recipe / "runs").glob("*_seed*.json"))
+        if (rec := load_record(path, spec)) is not None
+    ]
+    recs.sort(key=lambda r: (MODES.index(r["info"]["mode"]), r["info"]["seed"]))
+    return recs
+
+
 def fmt(values: list[float], pct: bool = False) -> str:
     if not values:
         return "—"
@@ -136,15 +199,28 @@ def fmt(values: list[float], pct: bool = False) -> str:
 
 
 def write_results(
-    recipe: Path, spec: dict[str, Any], rows: list[tuple[dict, dict]], command: str, started: float
+    recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]], command: str, started: float
 ) -> str:
     cfg = spec["train_config"]
+    rows = [(r["info"], r["eval"]) for r in records]
+    seeds = sorted({info["seed"] for info, _ in rows})
+    wanted = spec.get("seeds", seeds)
+    missing = [s for s in wanted if s not in seeds]
+    machines = sorted({r.get("machine", r["info"]["device"]) for r in records})
     lines = [
         f"# {spec['title']}: results",
         "",
         f"- Command: `{command}`",
         f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- Device: {rows[0][0]['device']} ({cpu_name()}, {os.cpu_count()} cores)",
+        f"- Device: {'; '.join(machines)}",
+        f"- Seeds: {', '.join(map(str, seeds))}"
+        + (
+            f" (recipe.json lists {', '.join(map(str, wanted))}; not yet run: "
+            f"{', '.join(map(str, missing))})"
+            if missing
+            else ""
+        )
+        + "; one record per run in `runs/`.",
         f"- Wall time of this invocation: {time.perf_counter() - started:.0f} s; training "
         f"wall time per run is in the last table.",
         f"- Data: `{cfg['data']['path']}`, split by document ({cfg['data']['split']}, "
@@ -181,8 +257,8 @@ def write_results(
         "|---|---|---|---|---|---|---|",
     ]
     curves = {}
-    for info, ev in rows:
-        log_rows = epoch_log(recipe, info)
+    for rec in records:
+        info, ev, log_rows = rec["info"], rec["eval"], rec["log"]
         curves[f"{LABELS[info['mode']]} {info['seed']}"] = [e["dev_ppl"] for e in log_rows]
         ratio = (log_rows[-1].get("extra") or {}).get("adapt_ratio") if log_rows else None
         lines.append(
@@ -203,7 +279,7 @@ def write_results(
             best_factor[0]["confusion_docs"],
             "```",
         ]
-    lines += inspection(recipe, spec)
+    lines += inspection(recipe, spec, records)
     text = "\n".join(lines) + "\n"
     with atomic_write(recipe / "RESULTS.md") as f:
         f.write(text)
@@ -243,16 +319,33 @@ def plot_curves(curves: dict[str, list[float]], path: Path, title: str) -> Path:
     return path
 
 
-def inspection(recipe: Path, spec: dict[str, Any]) -> list[str]:
-    """Table 5 (top boosted words) and Figure 6 (PCA) for the first FactorCell run."""
-    runs = sorted((recipe / "exp").glob("factor_seed*/best"))
-    if not runs:
+def inspection(recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """Table 5 (top boosted words) and Figure 6 (PCA) for the first FactorCell run.
+
+    Computed from the run's checkpoint when it is here, and kept in its record (with the PNG in
+    the recipe folder), so a table rebuilt on a machine without the checkpoint still shows them.
+    """
+    factor = [r for r in records if r["info"]["mode"] == "factor"]
+    if not factor:
         return []
-    model, tokens, _ = load_checkpoint(runs[0])
+    rec = factor[0]
+    best = recipe / "exp" / f"factor_seed{rec['info']['seed']}" / "best"
+    if not best.exists():
+        return list(rec.get("inspection", []))
+    lines = inspection_lines(recipe, spec, best)
+    rec["inspection"] = lines
+    path = record_path(recipe, "factor", rec["info"]["seed"])
+    with atomic_write(path) as f:
+        f.write(json.dumps(rec, indent=1) + "\n")
+    return lines
+
+
+def inspection_lines(recipe: Path, spec: dict[str, Any], best: Path) -> list[str]:
+    model, tokens, _ = load_checkpoint(best)
     field = spec["field"]
     lines = [
         "",
-        f"## Top boosted words of the softmax bias ({runs[0].parent.name}; Table 5)",
+        f"## Top boosted words of the softmax bias ({best.parent.name}; Table 5)",
         "",
         f"| {field} | words with the largest bias increase over the mean of all values |",
         "|---|---|",
@@ -281,21 +374,22 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=None)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
     started = time.perf_counter()
     spec = json.loads((args.recipe / "recipe.json").read_text())
     data_dir = args.data_dir or default_data_dir()
     seeds = args.seeds or spec.get("seeds", [0, 1])
-    rows = []
     for seed in seeds:
         for mode in args.modes:
+            if load_record(record_path(args.recipe, mode, seed), spec) is not None:
+                log.info("%s seed %d: recorded in runs/, skipped", mode, seed)
+                continue
             log.info("training %s seed %d", mode, seed)
             info = run_one(args.recipe, spec, mode, seed, data_dir)
             log.info("evaluating %s seed %d", mode, seed)
-            rows.append((info, evaluate_run(args.recipe, spec, info, data_dir)))
-    rows.sort(key=lambda r: (MODES.index(r[0]["mode"]), r[0]["seed"]))
+            save_record(args.recipe, spec, info, evaluate_run(args.recipe, spec, info, data_dir))
     command = f"bash {args.recipe}/run.sh"
-    print(write_results(args.recipe, spec, rows, command, started))
+    print(write_results(args.recipe, spec, all_records(args.recipe, spec), command, started))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,102 @@
+"""Run records of the context-LM recipe driver (recipes/common/context_lm.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+
+
+def load_driver():
+    spec = importlib.util.spec_from_file_location(
+        "context_lm_driver", REPO / "recipes" / "common" / "context_lm.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+drv = load_driver()
+
+SPEC = {
+    "title": "Toy, topic as context",
+    "field": "topic",
+    "seeds": [0, 1, 2],
+    "train_config": {"data": {"path": "x.csv", "split": [0.8, 0.1, 0.1]}, "model": {}, "train": {}},
+}
+
+
+def info(mode: str, seed: int, dev: float) -> dict:
+    return {
+        "mode": mode,
+        "seed": seed,
+        "best_dev_ppl": dev,
+        "best_epoch": 2,
+        "epochs": 3,
+        "wall_s": 10.0,
+        "train_tokens_per_s": 1000.0,
+        "device": "cpu",
+    }
+
+
+def write_exp_log(recipe: Path, mode: str, seed: int, devs: list[float]) -> None:
+    last = recipe / "exp" / f"{mode}_seed{seed}" / "last"
+    last.mkdir(parents=True)
+    log_rows = [{"dev_ppl": d, "extra": {"adapt_ratio": 0.5}} for d in devs]
+    (last / "trainer.json").write_text(json.dumps({"log": log_rows}))
+
+
+def test_record_round_trips_with_its_epoch_log(tmp_path):
+    write_exp_log(tmp_path, "factor", 1, [90.0, 80.0, 85.0])
+    drv.save_record(tmp_path, SPEC, info("factor", 1, 80.0), {"test_ppl": 81.0, "params": 10})
+    rec = drv.load_record(drv.record_path(tmp_path, "factor", 1), SPEC)
+    assert rec["info"]["best_dev_ppl"] == 80.0
+    assert rec["eval"]["test_ppl"] == 81.0
+    assert [e["dev_ppl"] for e in rec["log"]] == [90.0, 80.0, 85.0]
+
+
+def test_record_from_another_config_is_ignored(tmp_path, caplog):
+    drv.save_record(tmp_path, SPEC, info("concat", 0, 70.0), {"test_ppl": 71.0, "params": 10})
+    changed = json.loads(json.dumps(SPEC))
+    changed["train_config"]["train"]["lr"] = 0.01
+    path = drv.record_path(tmp_path, "concat", 0)
+    assert drv.load_record(path, SPEC) is not None
+    with caplog.at_level(logging.WARNING):
+        assert drv.load_record(path, changed) is None
+    assert "another train_config" in caplog.text
+    assert drv.all_records(tmp_path, changed) == []
+
+
+def test_broken_record_names_file_and_line(tmp_path):
+    path = drv.record_path(tmp_path, "factor", 0)
+    path.parent.mkdir(parents=True)
+    path.write_text('{\n  "info": \n')
+    with pytest.raises(ValueError, match=r"factor_seed0\.json: not a run record .*line 3"):
+        drv.load_record(path, SPEC)
+    path.write_text('{"config_hash": "x", "info": {}}')
+    with pytest.raises(ValueError, match="expected key 'eval'"):
+        drv.load_record(path, SPEC)
+
+
+def test_results_table_comes_from_records_alone(tmp_path):
+    """No exp/ folder: the table is rebuilt from runs/, seeds averaged, missing seeds named."""
+    for mode, seed, test in [("unadapted", 0, 100.0), ("unadapted", 1, 110.0), ("factor", 0, 90.0)]:
+        ev = {"test_ppl": test, "params": 10}
+        if mode == "factor":
+            ev["acc_docs"] = 0.5
+        drv.save_record(tmp_path, SPEC, info(mode, seed, test - 1), ev)
+    rec = drv.load_record(drv.record_path(tmp_path, "factor", 0), SPEC)
+    rec["inspection"] = ["", "## kept inspection lines"]
+    drv.record_path(tmp_path, "factor", 0).write_text(json.dumps(rec))
+    text = drv.write_results(tmp_path, SPEC, drv.all_records(tmp_path, SPEC), "cmd", 0.0)
+    assert "| Unadapted | 105.00 ± 5.00 |" in text
+    assert "| FactorCell | 90.00 | 50.00 |" in text
+    assert "- Seeds: 0, 1 (recipe.json lists 0, 1, 2; not yet run: 2)" in text
+    assert "## kept inspection lines" in text
+    assert (tmp_path / "RESULTS.md").read_text() == text
+    assert (tmp_path / "training_curves.png").exists()
