@@ -251,8 +251,14 @@ class FitOptions:
     # process its own batches, as many steps each, gradients averaged. False: this process
     # trains alone even in a group.
     data_parallel: bool = True
+    # Wall-clock budget of this call in seconds: no epoch starts once it is spent (the epoch
+    # running then finishes, is evaluated and saved). None: no budget. For a lease of fixed
+    # length (a borrowed GPU, a CI job); a resumed run counts its own call only.
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0 or None, got {self.max_seconds}")
         if self.epochs < 0:
             raise ValueError(f"epochs must be >= 0, got {self.epochs}")
         if self.patience is not None and self.patience < 1:
@@ -408,6 +414,15 @@ def _check_same_weights(params: Sequence[nn.Parameter], world: World, epoch: int
         )
 
 
+def _budget_spent(t_start: float, budget: float, world: World) -> bool:
+    """True once ``budget`` seconds have passed since ``t_start`` in any process (so that every
+    process of a group stops after the same epoch)."""
+    spent = 1.0 if time.perf_counter() - t_start >= budget else 0.0
+    if world.parallel:
+        (spent,) = all_sum((spent,), world)
+    return spent > 0
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -534,6 +549,14 @@ def fit(
         if on_epoch_end is not None:
             on_epoch_end(record, keeper)
         if stop:
+            break
+        if options.max_seconds is not None and _budget_spent(t_start, options.max_seconds, world):
+            logger.info(
+                "%s: time budget of %.0f s spent after epoch %d; stopping",
+                options.name,
+                options.max_seconds,
+                epoch,
+            )
             break
     keeper.restore()
     return FitResult(keeper.best_ppl, keeper.best_epoch, tuple(log), time.perf_counter() - t_start)

@@ -151,6 +151,9 @@ class TrainOptions:
     adapt_lr_scale: float = 0.1
     # Stop an epoch after this many optimizer steps (None: the whole epoch); for smoke tests.
     max_steps_per_epoch: int | None = None
+    # Wall-clock budget of one `rescorer train` call in seconds: no epoch starts once it is
+    # spent, the last one is saved as usual (None: none). For a borrowed GPU of fixed length.
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 < self.lr_decay <= 1.0:
@@ -484,6 +487,7 @@ def train(
             grad_clip=opts.grad_clip if opts.grad_clip > 0 else None,
             progress=progress and world.is_main,
             name="LSTM",
+            max_seconds=opts.max_seconds,
         ),
         start_epoch=state["epoch"] + 1,
         keeper=BestKeeper(

@@ -67,6 +67,39 @@ def test_max_steps_per_epoch_caps_the_steps() -> None:
     assert float(after_epoch[1] - after_epoch[0]) == pytest.approx(-0.3)
 
 
+def test_max_seconds_stops_after_the_epoch_that_spends_the_budget(monkeypatch) -> None:
+    """A fake clock that only steps move (2.5 s each, 4 steps per epoch: 10 s an epoch) and a
+    budget of 25 s: epochs 1-3 run (the third starts at 20 s, under the budget; it ends at 30 s),
+    the fourth never starts, and the best epoch's weights are restored as usual."""
+    import lm_models.training as training
+
+    now = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
+    model = nn.Linear(1, 1, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    dev = iter([5.0, 4.0, 3.0, 2.0, 1.0])
+
+    def step(batch: int) -> Step:
+        now[0] += 2.5
+        loss = model(torch.ones(1, 1)).sum()
+        return Step(loss, float(loss.detach()), 1)
+
+    def run(budget: float | None) -> object:
+        opts = FitOptions(5, progress=False, max_seconds=budget)
+        return fit(model, optimizer, step, lambda e: range(4), lambda: DevResult(next(dev)), opts)
+
+    result = run(25.0)
+    assert [e.epoch for e in result.epochs] == [1, 2, 3]
+    assert result.best_epoch == 3 and result.best_dev_ppl == 3.0
+    dev = iter([5.0, 4.0, 3.0, 2.0, 1.0])
+    assert len(run(None).epochs) == 5
+
+
+def test_max_seconds_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_seconds must be > 0"):
+        FitOptions(3, max_seconds=0)
+
+
 def test_train_loss_is_the_logged_sum_over_the_counts_and_extras_are_kept() -> None:
     model = nn.Linear(1, 1, bias=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
