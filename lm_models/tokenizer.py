@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -58,8 +58,14 @@ class TokenizerOptions:
     max_piece_length: int = 16
     # Seed of the sentence sampling (the same text and seed give the same tokenizer).
     seed: int = 0
+    # A sentencepiece model learnt before (`rescorer tokenizer train`, or an earlier run's
+    # tokenizer.model), relative to the data folder unless absolute: its pieces are the units
+    # and the fields above are unused. None: learn one from the training split.
+    model: str | None = None
 
     def __post_init__(self) -> None:
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise ValueError(f"tokenizer model: expected a file path, got {self.model!r}")
         if self.kind not in TOKENIZER_KINDS:
             raise ValueError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {self.kind!r}")
         if not isinstance(self.vocab_size, int) or self.vocab_size < 300:
@@ -128,6 +134,28 @@ class SubwordTokenizer:
         if not path.is_file():
             raise ValueError(f"{path}: missing (a subword model keeps its tokenizer there)")
         return cls(path.read_bytes(), str(path))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SubwordTokenizer:
+        """A tokenizer from its model file (a ValueError naming the file when it is not one)."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"{path}: no tokenizer model there (data.tokenizer.model)")
+        return cls(path.read_bytes(), str(path))
+
+    @classmethod
+    def learn_or_load(
+        cls,
+        options: TokenizerOptions,
+        sentences: Callable[[], Iterable[Sequence[str]]],
+        data_dir: Path,
+    ) -> SubwordTokenizer:
+        """The tokenizer a config's ``data.tokenizer`` asks for: its ``model`` file (relative to
+        ``data_dir`` unless absolute) when it names one, else learnt from ``sentences()``."""
+        if options.model is not None:
+            path = Path(options.model)
+            return cls.from_file(path if path.is_absolute() else data_dir / path)
+        return cls.train(sentences(), options)
 
     @staticmethod
     def present(folder: str | Path) -> bool:

@@ -537,7 +537,7 @@ def prepare_data(
     else:
         if dc.tokenizer is not None and tokenizer is None:
             sentences = (s for d in train for s in d.sentences)
-            tokenizer = SubwordTokenizer.train(sentences, dc.tokenizer)
+            tokenizer = SubwordTokenizer.learn_or_load(dc.tokenizer, lambda: sentences, data_dir)
         if dc.tokenizer is None:
             tokenizer = None
         vocab = counts.vocabulary(dc, tokenizer)
@@ -666,8 +666,11 @@ def _prepare_stream(
         proto = None
         if world.is_main:  # learnt in one process from every shard, one at a time
             every = stream.reader.parts(range(len(index.shards)))
-            sentences = (s for _, docs in every for d in docs for s in d.sentences)
-            proto = SubwordTokenizer.train(sentences, dc.tokenizer).model_proto
+            proto = SubwordTokenizer.learn_or_load(
+                dc.tokenizer,
+                lambda: (s for _, docs in every for d in docs for s in d.sentences),
+                data_dir,
+            ).model_proto
         tokenizer = SubwordTokenizer(broadcast_object(proto, world))
     if dc.tokenizer is None:
         tokenizer = None

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "merge": "rescorer.cli.rescoring:merge",
     "context": "rescorer.cli.context:context",
     "corpus": "rescorer.cli.corpus:corpus",
+    "tokenizer": "rescorer.cli.tokenizer:tokenizer",
     "ppl": "rescorer.cli.models:ppl",
     "ngram": "rescorer.cli.models:ngram",
     "train": "rescorer.cli.models:train_cmd",
