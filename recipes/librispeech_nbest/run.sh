@@ -19,6 +19,12 @@
 # one H100; conf/lstm_books_subword_gpu.json its twin over 16k unigram pieces), LSTM_DIR (its
 # training folder, exp/lstm; training resumes there, and stage 3 is skipped once
 # LSTM_DIR/best exists: point it at a model trained before, e.g. on a GPU machine).
+# CTX (0; 1: also the rows of LMs conditioned on the previous utterances, issue 16: CTX_MODEL,
+# an LSTM trained with a `previous` text context, conf/lease/previous.json, and CTX_BASE, its
+# twin without one, conf/lease/word.json; defaults exp/lease/{previous,word}/best, where
+# scripts/lease/unpack.py puts them), CTX_K (previous utterances of the same chapter, 3). The
+# context is the system's own 1-best of the earlier utterances (never the references, which
+# give only the perplexity upper bound).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,6 +41,10 @@ LSTM=${LSTM:-0}
 LSTM_EVERY=${LSTM_EVERY:-5}
 LSTM_CONF=${LSTM_CONF:-$HERE/conf/lstm.json}
 LSTM_DIR=${LSTM_DIR:-$EXP/lstm}
+CTX=${CTX:-0}
+CTX_MODEL=${CTX_MODEL:-$EXP/lease/previous/best}
+CTX_BASE=${CTX_BASE:-$EXP/lease/word/best}
+CTX_K=${CTX_K:-3}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 NBEST=$DATA/nbest/librispeech-espnet
@@ -89,7 +99,49 @@ if run_stage 4; then
   done
 fi
 
-# system name | features tuned on dev_clean | length weight
+# Context rows (CTX=1): the twin scored without context (`nb`) and the context model (`ctx`)
+# given each utterance's previous utterances of its chapter, their first-pass 1-best.
+SCORED_CTX=${SCORED}_ctx
+oov_of() { [ -s "$1/tokenizer.model" ] || echo ",$2_oov"; }  # a subword model has no OOVs
+if run_stage 4 && [ "$CTX" = 1 ]; then
+  for m in "$CTX_MODEL" "$CTX_BASE"; do
+    [ -s "$m/model.safetensors" ] || { log "CTX=1: no checkpoint at $m"; exit 1; }
+  done
+  mkdir -p "$EXP/context" "$SCORED_CTX"
+  for set in $SETS; do
+    first=$EXP/context/$set.first_pass.jsonl
+    [ -s "$first" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CTX_K" \
+      --out "$first"
+    out=$SCORED_CTX/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the context LM and its twin"
+    timed "score_ctx_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
+      --lm "nb=torch:$CTX_BASE" --lm "ctx=torch:$CTX_MODEL" --context "$first" --out "$out" \
+      2> "$SCORED_CTX/$set.log"
+  done
+  # Perplexity of the dev_other references: the twin; the context model with no context (its
+  # expected context), with the first-pass context, and with the references' own previous
+  # utterances (an upper bound no decoder has).
+  refs=$NBEST/dev_other/references/ref_wer.trn
+  ref_ctx=$EXP/context/dev_other.references.jsonl
+  if [ ! -s "$ref_ctx" ]; then
+    "$PY" -c 'import sys; from rescorer.refs import read_references
+for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs" \
+      > "$EXP/context/dev_other.ref_text"
+    "$RESCORER" -q context build --nbest "$NBEST/dev_other" --previous "$CTX_K" \
+      --from "$EXP/context/dev_other.ref_text" --out "$ref_ctx"
+  fi
+  for v in "twin|$CTX_BASE|" "none|$CTX_MODEL|" \
+    "first_pass|$CTX_MODEL|$EXP/context/dev_other.first_pass.jsonl" "references|$CTX_MODEL|$ref_ctx"; do
+    IFS='|' read -r name model ctx <<< "$v"
+    out=$EXP/context/ppl_dev_other.$name.txt
+    [ -s "$out" ] && continue
+    "$RESCORER" -q ppl --lm "torch:$model" --text "$refs" --text-format trn \
+      ${ctx:+--context "$ctx"} > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+fi
+
+# system name | features tuned on dev_clean | length weight | scored lists (default $SCORED)
 # ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`;
 #  the LSTM's are `lstm` and `lstm_oov`)
 SYSTEMS=(
@@ -110,15 +162,26 @@ if [ "$LSTM" = 1 ]; then
     "4L_all_lstm|decoder,ctc,lm,4gram,4gram_oov,$LF|--length"
   )
 fi
+if [ "$CTX" = 1 ]; then
+  NB=nb$(oov_of "$CTX_BASE" nb)
+  CF=ctx$(oov_of "$CTX_MODEL" ctx)
+  SYSTEMS+=(
+    "3N_lstm_nocontext|decoder,ctc,$NB|--no-length|$SCORED_CTX"
+    "3C_lstm_previous|decoder,ctc,$CF|--no-length|$SCORED_CTX"
+    "4N_all_nocontext|decoder,ctc,lm,4gram,4gram_oov,$NB|--length|$SCORED_CTX"
+    "4C_all_previous|decoder,ctc,lm,4gram,4gram_oov,$CF|--length|$SCORED_CTX"
+  )
+fi
 
 if run_stage 5; then
   for sys in "${SYSTEMS[@]}"; do
-    IFS='|' read -r name feats length <<< "$sys"
+    IFS='|' read -r name feats length scored <<< "$sys"
+    scored=${scored:-$SCORED}
     out=$EXP/$name/weights.json
     [ -s "$out" ] && continue
     log "stage 5: tuning $name on dev_clean ($feats)"
     mkdir -p "$EXP/$name"
-    timed "tune_$name" "$RESCORER" -q tune --nbest "$SCORED/dev_clean.jsonl" \
+    timed "tune_$name" "$RESCORER" -q tune --nbest "$scored/dev_clean.jsonl" \
       --ref "$NBEST/dev_clean/references/ref_wer.trn" \
       --features "$feats" "$length" --method "$TUNE_METHOD" --restarts "$RESTARTS" \
       --seed "$SEED" --out "$out" \
@@ -128,22 +191,45 @@ fi
 
 if run_stage 6; then
   for sys in "${SYSTEMS[@]}"; do
-    IFS='|' read -r name feats length <<< "$sys"
+    IFS='|' read -r name feats length scored <<< "$sys"
+    scored=${scored:-$SCORED}
     for set in $SETS; do
       out=$EXP/$name/$set
       [ -s "$out/1best.txt" ] && continue
       log "stage 6: rescoring $set with $name"
-      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$SCORED/$set.jsonl" \
+      timed "rescore_${name}_$set" "$RESCORER" -q rescore --nbest "$scored/$set.jsonl" \
         --ref "$NBEST/$set/references/ref_wer.trn" \
         --weights "$EXP/$name/weights.json" --out "$out" > "$out.log"
     done
   done
 fi
 
+# Second pass (CTX=1): each utterance's context rebuilt from the previous utterances' 1-best of
+# row 4C, the lists scored again with it and rescored with 4C's weights.
+if run_stage 6 && [ "$CTX" = 1 ]; then
+  name=4C2_all_previous_second_pass
+  mkdir -p "$EXP/$name" "${SCORED}_ctx2"
+  cp "$EXP/4C_all_previous/weights.json" "$EXP/$name/weights.json"
+  for set in $SETS; do
+    out=$EXP/$name/$set
+    [ -s "$out/1best.txt" ] && continue
+    second=$EXP/context/$set.second_pass.jsonl
+    "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CTX_K" \
+      --from "$EXP/4C_all_previous/$set/1best.txt" --out "$second"
+    log "stage 6: second pass of $set (context from row 4C's 1-best)"
+    timed "score_ctx2_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
+      --lm "ctx=torch:$CTX_MODEL" --context "$second" --out "${SCORED}_ctx2/$set.jsonl" \
+      2> "${SCORED}_ctx2/$set.log"
+    "$RESCORER" -q rescore --nbest "${SCORED}_ctx2/$set.jsonl" \
+      --ref "$NBEST/$set/references/ref_wer.trn" --weights "$EXP/$name/weights.json" \
+      --out "$out" > "$out.log"
+  done
+fi
+
 if run_stage 7; then
   log "stage 7: results table"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
-    --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" \
+    --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF")"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF") CTX=$CTX CTX_K=$CTX_K"
 fi

@@ -39,7 +39,7 @@ def main() -> None:
         if f.is_file() and f.name != "model.safetensors":
             members[f"best/{f.name}"] = f.read_bytes()
     for extra, arc in [
-        (args.run / "last" / "trainer.json", "trainer.json"),
+        (args.run / "last" / "trainer.json", "last/trainer.json"),
         (args.run / "split.json", "split.json"),
         (args.run.with_suffix(".log"), "train.log"),
     ]:

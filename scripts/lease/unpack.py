@@ -5,7 +5,7 @@
 Every NAME.sha256 found in the DIRs (the device tool's files_at folders, or copies of them)
 names a packed run: its NAME.tar.partNN files are gathered from all DIRs, joined, checked
 against the SHA-256 and unpacked into DEST/NAME: best/ (weights back in float32, as
-model.safetensors; loadable as torch:DEST/NAME/best), trainer.json (the per-epoch log),
+model.safetensors; loadable as torch:DEST/NAME/best), last/trainer.json (the epoch log),
 split.json and train.log. A run whose parts are not all there yet is named and skipped.
 """
 

@@ -82,7 +82,7 @@ def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
         assert torch.equal(back[k], v.half().float()), k
     for name in ("config.json", "vocab.txt", "training.json"):
         assert (dest / "w" / "best" / name).read_bytes() == (best / name).read_bytes()
-    assert (dest / "w" / "trainer.json").is_file()
+    assert (dest / "w" / "last" / "trainer.json").is_file()
     # the unpacked checkpoint loads and scores like the original (fp16 rounding aside)
     ppl = [
         sh(

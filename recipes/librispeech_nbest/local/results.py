@@ -32,6 +32,15 @@ SYSTEMS = [
     ("3L", "decoder + ctc + our word LSTM", "3L_lstm"),
     ("3M", "decoder + ctc + our 4-gram + our word LSTM", "3M_4gram_lstm"),
     ("4L", "all + our word LSTM", "4L_all_lstm"),
+    ("3N", "decoder + ctc + our LSTM (no context)", "3N_lstm_nocontext"),
+    ("3C", "decoder + ctc + our LSTM (previous utterances)", "3C_lstm_previous"),
+    ("4N", "all + our LSTM (no context)", "4N_all_nocontext"),
+    ("4C", "all + our LSTM (previous utterances)", "4C_all_previous"),
+    (
+        "4C2",
+        "  4C, second pass: context from 4C's 1-best of the previous utterances (4C's weights)",
+        "4C2_all_previous_second_pass",
+    ),
 ]
 COMPARISONS = [
     ("2", "3"),
@@ -41,6 +50,16 @@ COMPARISONS = [
     ("3", "3L"),
     ("3", "3M"),
     ("4", "4L"),
+    ("3N", "3C"),
+    ("4", "4N"),
+    ("4N", "4C"),
+    ("4C", "4C2"),
+]
+PPL_VARIANTS = [  # (file stem under EXP/context, description)
+    ("twin", "the twin LM (no context)"),
+    ("none", "the context LM, no context given (its expected context)"),
+    ("first_pass", "the context LM, previous utterances from the first-pass 1-best"),
+    ("references", "the context LM, previous utterances from the references (upper bound)"),
 ]
 
 
@@ -120,6 +139,58 @@ def lstm_lines(exp: Path, lstm_dir: Path, every: int) -> list[str]:
     ]
 
 
+def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
+    """The context LM and its twin (rows 3N-4C2) and the dev_other reference perplexities."""
+    if not (ctx_model / "training.json").exists() or not (exp / "4C_all_previous").is_dir():
+        return []
+    lines = []
+    for label, folder in (
+        ("context LM (rows 3C, 4C, 4C2)", ctx_model),
+        ("no-context twin (rows 3N, 4N)", ctx_base),
+    ):
+        run = TrainingSummary.of(folder.parent)
+        model = run.config["model"]
+        prev = run.config["data"].get("previous") or {}
+        ctx = (
+            f"context: the {prev['sentences']} previous sentences of the book as text "
+            f"(`{prev['encoder']}`, noise {json.dumps(prev.get('noise'))}), {model['mode']}, "
+            f"k={model.get('context_dim')}"
+            if prev
+            else "no context"
+        )
+        lines.append(
+            f"- Our {label}: e={model['embed_dim']}, d={model['hidden_dim']}, "
+            f"{model['num_layers']} layer(s), {run.vocab_size:,} {run.units}, {run.output}; "
+            f"{run.parameters / 1e6:.1f} M parameters; {ctx}. {run.training_words()}; best dev "
+            f"perplexity {run.dev_ppl:.1f} (epoch {run.best_epoch}; held-out books)."
+        )
+    ppl = []
+    for stem, what in PPL_VARIANTS:
+        f = exp / "context" / f"ppl_dev_other.{stem}.txt"
+        if not f.exists():
+            continue
+        found = dict(
+            line.split(" ", 1)
+            if line.startswith("ppl ") and "excluding" not in line
+            else ("excl", line.split()[3])
+            for line in f.read_text(encoding="utf-8").splitlines()
+            if line.startswith("ppl ")
+        )
+        excl = found.get("excl", "—")
+        ppl.append(f"| {what} | {found.get('ppl', '?').strip()} | {excl} |")
+    if ppl:
+        lines += [
+            "",
+            "Perplexity of the dev_other references (2,864 utterances, `rescorer ppl --context`):",
+            "",
+            "| model and context | ppl | ppl excluding OOVs |",
+            "|---|---|---|",
+            *ppl,
+            "",
+        ]
+    return lines
+
+
 def sharing_lines(exp: Path) -> list[str]:
     """The prefix-sharing counts `rescorer score` logged for the LSTM (stage 4)."""
     lines = []
@@ -140,6 +211,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--lstm-dir", type=Path, default=None, help="default: EXP/lstm")
     ap.add_argument("--lstm-every", type=int, default=5)
+    ap.add_argument("--ctx-model", type=Path, default=None, help="default: EXP/lease/previous/best")
+    ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease/word/best")
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
     args = ap.parse_args()
@@ -185,6 +258,11 @@ def main() -> None:
         "dev_other (`TUNING.md` compares the tuning methods). Row 1 is the list order ESPnet "
         "produced.",
         *lstm_lines(args.exp, args.lstm_dir or args.exp / "lstm", args.lstm_every),
+        *context_lines(
+            args.exp,
+            args.ctx_model or args.exp / "lease" / "previous" / "best",
+            args.ctx_base or args.exp / "lease" / "word" / "best",
+        ),
         '- "Our 4-gram" is two features, as `--lm` adds them: its natural-log sentence '
         "probability (`4gram`) and the number of words it does not know (`4gram_oov`); the "
         "ablation rows drop the OOV count.",
