@@ -372,23 +372,39 @@ class ClassFactoredSoftmax(nn.Module):
         out = class_lp.gather(1, cls) + flat - lse.gather(1, cls)
         return out.reshape(*lead, self.vocab_size)
 
-    def log_prob(self, z: Tensor, targets: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    def log_prob(
+        self,
+        z: Tensor,
+        targets: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        bias_rows: Tensor | None = None,
+    ) -> Tensor:
         """(N, in), (N,) -> (N,): log P(target | h), computing only the targets' classes.
 
-        ``bias`` is (V,) or per row (N, V). Rows are grouped by their target's class and each
-        group is normalised over that class's words alone: O((C + |class|) in) per row.
+        ``bias`` is (V,), per row (N, V), or with ``bias_rows`` (N,) a table (S, V) of which row
+        i takes row ``bias_rows[i]`` (e.g. one bias per sequence, S << N positions: no (N, V)
+        tensor is built, only the columns each row needs). Rows are grouped by their target's
+        class and each group is normalised over that class's words alone: O((C + |class|) in)
+        per row.
         """
         if z.dim() != 2 or targets.shape != z.shape[:1]:
             raise ValueError(
                 f"log_prob: expected z (N, in) and targets (N,), got {tuple(z.shape)} and "
                 f"{tuple(targets.shape)}"
             )
+        if bias_rows is not None and (bias.dim() != 2 or bias_rows.shape != targets.shape):
+            raise ValueError(
+                f"log_prob: bias_rows (N,) needs a bias table (S, V), got {tuple(bias.shape)} "
+                f"and bias_rows {tuple(bias_rows.shape)}"
+            )
         cls = self.class_of[targets]  # (N,)
         if not self.grouped_is_identity:  # one gather of the rows, in segment order
             weight, bias = self._grouped(weight, bias)
         w_seg = weight.split(self.segment_sizes)  # singletons' rows, then each cluster's
         b_seg = bias.split(self.segment_sizes, dim=-1)
-        class_lp = self._class_log_probs(z, w_seg[0], b_seg[0])  # (N, C)
+        single_b = b_seg[0] if bias_rows is None else b_seg[0][bias_rows]
+        class_lp = self._class_log_probs(z, w_seg[0], single_b)  # (N, C)
         # log-probs in float32 whatever the autocast dtype of the logits (bf16 on CUDA)
         out = _wide(class_lp).gather(1, cls.unsqueeze(1)).squeeze(1)  # log P(c(w)|h)
         within = torch.zeros_like(out)  # a singleton class: log P(w|c(w),h) = 0
@@ -401,7 +417,10 @@ class ClassFactoredSoftmax(nn.Module):
             rows = torch.nonzero(cls == k).squeeze(1)  # (n_k,)
             seg = self.segment_of_cluster[k]
             words = self.order[self.starts[k] : self.starts[k] + self.sizes[k]]  # (s_k,)
-            b = b_seg[seg] if b_seg[seg].dim() == 1 else b_seg[seg][rows]
+            if b_seg[seg].dim() == 1:
+                b = b_seg[seg]
+            else:
+                b = b_seg[seg][rows if bias_rows is None else bias_rows[rows]]
             logits = F.linear(z[rows], w_seg[seg]) + b  # (n_k, s_k)
             if len(never):
                 logits = logits.masked_fill(torch.isin(words, never), -math.inf)

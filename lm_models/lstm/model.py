@@ -666,15 +666,19 @@ class ContextLSTM(nn.Module):
         if mask is None:
             mask = torch.ones_like(targets, dtype=torch.bool)
         rows = mask.nonzero(as_tuple=True)
-        if bias.dim() == 2:
-            bias = bias[rows[0]]  # (n, V): each position's sequence's bias
         if self.class_output is None:  # the full softmax by blocks of positions (CPU)
+            if bias.dim() == 2:
+                bias = bias[rows[0]]  # (n, V): each position's sequence's bias
             z = projected[rows]  # (n, e)
             idx = torch.arange(z.shape[0], device=z.device)
             picked = target_log_softmax(z, self._output_embedding(), bias, idx, targets[rows])
-        else:
+        else:  # a bias per sequence (N, V) stays one: each position reads the columns it needs
             picked = self.class_output.log_prob(
-                projected[rows], targets[rows], self._output_embedding(), bias
+                projected[rows],
+                targets[rows],
+                self._output_embedding(),
+                bias,
+                bias_rows=rows[0] if bias.dim() == 2 else None,
             )
         out = picked.new_zeros(targets.shape)  # picked's dtype: float32 under bf16 autocast
         out[rows] = picked
@@ -742,14 +746,10 @@ class ContextLSTM(nn.Module):
                 return table_log_softmax(projected, weight, table, contexts, rows, targets)
             log_probs = F.log_softmax(F.linear(projected, weight) + table[contexts], dim=-1)
             return log_probs[rows, targets]
-        out = projected.new_empty(len(rows))
-        of_target = contexts[rows]  # (M,) the context of each target's row
-        for c in torch.unique(of_target).tolist():  # the class output per context present
-            sel = torch.nonzero(of_target == c).squeeze(1)
-            out[sel] = self.class_output.log_prob(
-                projected[rows[sel]], targets[sel], weight, table[c]
-            )
-        return out
+        # one call: each target reads its own context's bias columns from the table
+        return self.class_output.log_prob(
+            projected[rows], targets, weight, table, bias_rows=contexts[rows]
+        )
 
     def hidden(
         self, tokens: Tensor, context: ContextLike = None, state: State | None = None

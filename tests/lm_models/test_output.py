@@ -86,6 +86,27 @@ def test_target_path_equals_the_full_distribution_and_its_gradient(
         torch.testing.assert_close(a, c, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("shortlist", [0, 10])
+def test_a_bias_table_with_bias_rows_equals_the_expanded_per_row_bias(shortlist: int) -> None:
+    """bias (S, V) and bias_rows (N,) give what bias[bias_rows] (N, V) gives, values and
+    gradients alike (the table's gradient: the rows' gradients summed per table row)."""
+    layer, weight, _, z, targets = setup(5 if shortlist else 9, seed=2, shortlist=shortlist)
+    table = torch.randn(3, V, dtype=torch.float64, requires_grad=True)
+    rows = torch.tensor([2, 0, 0, 1, 2, 2, 1, 0, 2, 1, 1])  # (N,) the table row of each z
+    expanded = layer.log_prob(z, targets, weight, table[rows])
+    direct = layer.log_prob(z, targets, weight, table, bias_rows=rows)
+    torch.testing.assert_close(direct, expanded, atol=1e-12, rtol=0)
+    g_expanded = torch.autograd.grad(expanded.sum(), [weight, table])
+    g_direct = torch.autograd.grad(direct.sum(), [weight, table])
+    for a, c in zip(g_expanded, g_direct, strict=True):
+        torch.testing.assert_close(a, c, atol=1e-10, rtol=0)
+    # a different table row per z is not the same as the first row for all
+    shared = layer.log_prob(z, targets, weight, table[0])
+    assert not torch.allclose(shared, direct)
+    with pytest.raises(ValueError, match="bias_rows"):
+        layer.log_prob(z, targets, weight, table[0], bias_rows=rows)
+
+
 def test_words_already_in_segment_order_are_read_without_a_gather() -> None:
     # shortlist words first, then each cluster's words: the ids are the segment order
     classes = [0, 1, 2, 3, 3, 3, 4, 4, 4, 4]
