@@ -73,9 +73,11 @@ def block_rows(vocab_size: int, itemsize: int = 4) -> int:
     return int(min(MAX_BLOCK_ROWS, max(MIN_BLOCK_ROWS, rows - rows % 16)))
 
 
-def uses_blocks(z: Tensor, bias: Tensor) -> bool:
-    """Whether :func:`target_log_softmax` applies: a CPU tensor, one shared bias, no autocast."""
-    return z.device.type == "cpu" and bias.dim() == 1 and not torch.is_autocast_enabled("cpu")
+def uses_blocks(z: Tensor, bias: Tensor, table: bool = False) -> bool:
+    """Whether :func:`target_log_softmax` applies: a CPU tensor, no autocast, one shared bias
+    (or, with ``table``, a bias table (C, V) whose rows the positions name by ``bias_of``)."""
+    shape_ok = bias.dim() == (2 if table else 1)
+    return z.device.type == "cpu" and shape_ok and not torch.is_autocast_enabled("cpu")
 
 
 def table_log_softmax(
@@ -114,6 +116,7 @@ def target_log_softmax(
     rows: Tensor,
     targets: Tensor,
     never: Tensor | None = None,
+    bias_of: Tensor | None = None,
 ) -> Tensor:
     """``log_softmax(z W^T + b)[rows[j], targets[j]]``: z (N, in), rows and targets (M,) -> (M,).
 
@@ -124,12 +127,21 @@ def target_log_softmax(
     allocated (a fresh one per step cost as much as the arithmetic: page faults and zero-fill).
     A row's distribution is computed once however many of ``rows`` name it. ``never`` units
     get -inf logits. Differentiable in z, weight and bias when each row has one target (the
-    training case; see :class:`_TargetLogSoftmax`).
+    training case; see :class:`_TargetLogSoftmax`). With ``bias_of`` (N,), ``bias`` is a table
+    (C, V) and row i's bias is ``bias[bias_of[i]]`` (a bias per sequence: each block's biases
+    are gathered into the buffer, no (N, V) bias is built).
     """
-    if z.dim() != 2 or weight.dim() != 2 or bias.dim() != 1 or z.shape[1] != weight.shape[1]:
+    want = 1 if bias_of is None else 2
+    if z.dim() != 2 or weight.dim() != 2 or bias.dim() != want or z.shape[1] != weight.shape[1]:
         raise ValueError(
-            f"target_log_softmax: expected z (N, in), weight (V, in), bias (V,); got "
+            f"target_log_softmax: expected z (N, in), weight (V, in), bias "
+            f"{'(V,)' if bias_of is None else '(C, V) with bias_of (N,)'}; got "
             f"{tuple(z.shape)}, {tuple(weight.shape)}, {tuple(bias.shape)}"
+        )
+    if bias_of is not None and bias_of.shape != z.shape[:1]:
+        raise ValueError(
+            f"target_log_softmax: bias_of must name a table row per row of z, got "
+            f"{tuple(bias_of.shape)} for z {tuple(z.shape)}"
         )
     if rows.shape != targets.shape or rows.dim() != 1:
         raise ValueError(
@@ -144,7 +156,7 @@ def target_log_softmax(
     train = torch.is_grad_enabled() and any(t.requires_grad for t in (z, weight, bias))
     if train and not torch.equal(rows, torch.arange(z.shape[0], device=rows.device)):
         raise ValueError("target_log_softmax: gradients need exactly one target per row")
-    out = _TargetLogSoftmax.apply(z, weight, bias, rows, targets, never, train)
+    out = _TargetLogSoftmax.apply(z, weight, bias, rows, targets, never, train, bias_of)
     if order is None:
         return out
     return torch.empty_like(out).index_copy_(0, order, out)
@@ -203,29 +215,36 @@ class _TargetLogSoftmax(torch.autograd.Function):
         targets: Tensor,
         never: Tensor,
         train: bool,
+        bias_of: Tensor | None = None,
     ) -> Tensor:
         out = z.new_empty(len(rows))
         unit = z.new_empty(z.shape[0], weight.shape[0]) if train else None  # G (N, V)
         unit_z = torch.empty_like(z) if train else None  # G W (N, in)
         with torch.no_grad():
-            for a, b, lo, hi, lsm in _blocks(z, weight, bias, rows, never):
+            for a, b, lo, hi, lsm in _blocks(z, weight, bias, rows, never, bias_of):
                 out[lo:hi] = lsm[rows[lo:hi] - a, targets[lo:hi]]
                 if unit is not None and unit_z is not None:
                     g = torch.exp(lsm, out=unit[a:b]).neg_()  # -softmax
                     g[rows[lo:hi] - a, targets[lo:hi]] += 1.0  # + onehot(target)
                     torch.mm(g, weight, out=unit_z[a:b])
         if train:
-            ctx.save_for_backward(z, unit, unit_z)
+            ctx.save_for_backward(z, unit, unit_z, bias_of)
+            ctx.table_rows = bias.shape[0] if bias_of is not None else 0
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        z, unit, unit_z = ctx.saved_tensors
+        z, unit, unit_z, bias_of = ctx.saved_tensors
         need_z, need_w, need_b = ctx.needs_input_grad[:3]
         grad_z = unit_z * grad[:, None] if need_z else None
         grad_w = unit.t() @ (z * grad[:, None]) if need_w else None
-        grad_b = unit.t() @ grad if need_b else None
-        return grad_z, grad_w, grad_b, None, None, None, None
+        grad_b = None
+        if need_b and bias_of is None:
+            grad_b = unit.t() @ grad
+        elif need_b:  # each table row: the sum of its rows' g_i G_i
+            grad_b = unit.new_zeros(ctx.table_rows, unit.shape[1])
+            grad_b.index_add_(0, bias_of, unit * grad[:, None])
+        return grad_z, grad_w, grad_b, None, None, None, None, None
 
 
 class FullSoftmax(nn.Module):

@@ -659,7 +659,8 @@ class ContextLSTM(nn.Module):
         """
         h, _, adapted = self._run(inputs, context, None, None)
         bias = adapted.output_bias
-        if self.class_output is None and not uses_blocks(h, bias):
+        per_sequence = bias.dim() == 2  # an adapted model: a bias per sequence (N, V)
+        if self.class_output is None and not uses_blocks(h, bias, table=per_sequence):
             picked = self._log_probs(h, bias).gather(2, targets.unsqueeze(2)).squeeze(2)
             return picked if mask is None else torch.where(mask, picked, torch.zeros_like(picked))
         projected = self.L(h) if self.L is not None else h  # (N, T, e)
@@ -667,11 +668,16 @@ class ContextLSTM(nn.Module):
             mask = torch.ones_like(targets, dtype=torch.bool)
         rows = mask.nonzero(as_tuple=True)
         if self.class_output is None:  # the full softmax by blocks of positions (CPU)
-            if bias.dim() == 2:
-                bias = bias[rows[0]]  # (n, V): each position's sequence's bias
             z = projected[rows]  # (n, e)
             idx = torch.arange(z.shape[0], device=z.device)
-            picked = target_log_softmax(z, self._output_embedding(), bias, idx, targets[rows])
+            picked = target_log_softmax(
+                z,
+                self._output_embedding(),
+                bias,
+                idx,
+                targets[rows],
+                bias_of=rows[0] if per_sequence else None,
+            )
         else:  # a bias per sequence (N, V) stays one: each position reads the columns it needs
             picked = self.class_output.log_prob(
                 projected[rows],

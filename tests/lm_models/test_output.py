@@ -263,6 +263,31 @@ def test_blocked_target_log_softmax_gradients_equal_autograd_of_the_full_softmax
         torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
 
 
+def test_blocked_target_log_softmax_with_a_bias_table_equals_the_expanded_bias(
+    small_blocks: None,
+) -> None:
+    """A bias per sequence: table (C, V) and bias_of (N,) give the values and gradients of the
+    softmax over z W^T + table[bias_of] (blocks of 16 rows cross the sequences' bounds)."""
+    from lm_models.output import target_log_softmax
+
+    gen, z, weight, _ = _blocked_case(seed=3)
+    table = torch.randn(5, V, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias_of = torch.randint(0, 5, (70,), generator=gen)
+    targets = torch.randint(0, V, (70,), generator=gen)
+    upstream = torch.randn(70, generator=gen, dtype=torch.float64)
+    rows = torch.arange(70)
+    got = target_log_softmax(z, weight, table, rows, targets, bias_of=bias_of)
+    ref = torch.log_softmax(z @ weight.T + table[bias_of], 1)[rows, targets]
+    torch.testing.assert_close(got, ref, atol=1e-12, rtol=0)
+    g_got = torch.autograd.grad((got * upstream).sum(), (z, weight, table))
+    g_ref = torch.autograd.grad((ref * upstream).sum(), (z, weight, table))
+    for g, w in zip(g_got, g_ref, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-10, rtol=0)
+    assert not torch.allclose(got, target_log_softmax(z, weight, table[0], rows, targets))
+    with pytest.raises(ValueError, match="bias_of must name a table row per row"):
+        target_log_softmax(z, weight, table, rows, targets, bias_of=bias_of[:3])
+
+
 def test_blocked_target_log_softmax_refuses_gradients_with_several_targets_per_row() -> None:
     from lm_models.output import target_log_softmax
 

@@ -244,11 +244,12 @@ def test_best_keeper_stops_decays_and_restores() -> None:
     assert torch.all(model.weight == 1.0) and not model.training
 
 
-@pytest.mark.parametrize("mode", ["unadapted", "softmax_bias"])
+@pytest.mark.parametrize("mode", ["unadapted", "softmax_bias", "factor"])
 def test_training_loss_and_gradients_equal_the_full_softmax_reference(mode: str) -> None:
     """The loss takes the blocked full-softmax path on the CPU (lm_models.output); its value and
     every parameter's gradient equal those of the materialised (N, T, V) log-softmax; a
-    per-sequence output bias (SoftmaxBias) takes the materialised path itself."""
+    per-sequence output bias (adapted modes) is read from its table of one row per sequence
+    (Q and the one-hot biases drawn non-zero, so that the sequences' biases differ)."""
     from lm_models.lstm.context import ContextVariable
     from lm_models.lstm.model import ContextLSTM, LSTMConfig
     from lm_models.lstm.train import LossModule
@@ -256,9 +257,16 @@ def test_training_loss_and_gradients_equal_the_full_softmax_reference(mode: str)
     torch.manual_seed(0)
     var = ContextVariable.categorical("topic", ["sport", "money"], [3, 2], embed_dim=4)
     extra = {} if mode == "unadapted" else {"context_dim": 4, "context_vars": (var,)}
+    if mode == "factor":
+        extra["rank"] = 2
     model = ContextLSTM(
         LSTMConfig(vocab_size=41, embed_dim=6, hidden_dim=8, mode=mode, **extra)
     ).double()
+    with torch.no_grad():
+        if model.Q is not None:
+            model.Q.normal_()
+        for table in model.one_hot_bias:
+            table.weight.normal_()
     inputs = torch.randint(3, 41, (5, 9))
     targets = torch.randint(2, 41, (5, 9))
     mask = (torch.arange(9)[None, :] < torch.tensor([9, 4, 7, 1, 9])[:, None]).double()
