@@ -215,6 +215,11 @@ def main() -> None:
     ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease/word/best")
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
+    ap.add_argument(
+        "--no-readme",
+        action="store_true",
+        help="leave README.md's results section alone (a table written elsewhere with --out)",
+    )
     args = ap.parse_args()
 
     systems = [x for x in SYSTEMS if x[2] is None or (args.exp / x[2] / "dev_other").is_dir()]
@@ -302,7 +307,8 @@ def main() -> None:
     text = "\n".join(lines)
     with atomic_write(args.out) as f:
         f.write(text)
-    update_readme(args.out.parent / "README.md", text)
+    if not args.no_readme:
+        update_readme(args.out.parent / "README.md", text)
     # The table itself on stdout for the person running the recipe.
     start = next(i for i, line in enumerate(lines) if line.startswith("| # | system"))
     print("\n".join(lines[start : start + len(systems) + 3]))
