@@ -62,8 +62,10 @@ fi
 if run_stage 1 && [ ! -s "$EXP/lm/books.txt" ]; then
   log "stage 1: normalising the novels into LibriSpeech style"
   mkdir -p "$EXP/lm"
+  # a blank line between books (the documents of the context LMs' configs), and without them
   timed normalise "$PY" "$HERE/local/normalise_books.py" "$DATA/corpora/gutenberg" \
-    "$EXP/lm/books.txt"
+    "$EXP/lm/books_by_book.txt" --breaks book
+  grep -v '^$' "$EXP/lm/books_by_book.txt" > "$EXP/lm/books.txt"
 fi
 
 if run_stage 2 && [ ! -s "$LM" ]; then

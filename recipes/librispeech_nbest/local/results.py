@@ -215,6 +215,7 @@ def main() -> None:
     ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease/word/best")
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
+    ap.add_argument("--title", default="LibriSpeech N-best rescoring: results")
     ap.add_argument(
         "--no-readme",
         action="store_true",
@@ -248,7 +249,7 @@ def main() -> None:
             n_words += len(line.split())
 
     lines = [
-        "# LibriSpeech N-best rescoring: results",
+        f"# {args.title}",
         "",
         f"- Command: `{args.command}` (settings: {args.settings})",
         f"- Date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
