@@ -130,17 +130,18 @@ class SubwordTokenizer:
     @classmethod
     def load(cls, folder: str | Path) -> SubwordTokenizer:
         """The tokenizer of a checkpoint folder (a ValueError when it has none)."""
-        path = Path(folder) / TOKENIZER_FILE
-        if not path.is_file():
-            raise ValueError(f"{path}: missing (a subword model keeps its tokenizer there)")
-        return cls(path.read_bytes(), str(path))
+        return cls.from_file(
+            Path(folder) / TOKENIZER_FILE, "missing (a subword model keeps its tokenizer there)"
+        )
 
     @classmethod
-    def from_file(cls, path: str | Path) -> SubwordTokenizer:
+    def from_file(
+        cls, path: str | Path, missing: str = "no tokenizer model there (data.tokenizer.model)"
+    ) -> SubwordTokenizer:
         """A tokenizer from its model file (a ValueError naming the file when it is not one)."""
         path = Path(path)
         if not path.is_file():
-            raise ValueError(f"{path}: no tokenizer model there (data.tokenizer.model)")
+            raise ValueError(f"{path}: {missing}")
         return cls(path.read_bytes(), str(path))
 
     @classmethod

@@ -684,7 +684,7 @@ class ContextLSTM(nn.Module):
                 targets[rows],
                 self._output_embedding(),
                 bias,
-                bias_rows=rows[0] if bias.dim() == 2 else None,
+                bias_rows=rows[0] if per_sequence else None,
             )
         out = picked.new_zeros(targets.shape)  # picked's dtype: float32 under bf16 autocast
         out[rows] = picked

@@ -161,7 +161,7 @@ def load_record(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def save_record(recipe: Path, spec: dict[str, Any], info: dict, ev: dict) -> dict[str, Any]:
-    """Writes the run's record (temp file + rename) and returns it."""
+    """Makes the run's record, writes it and returns it."""
     rec = {
         "config_hash": config_hash(spec),
         "machine": f"{info['device']} ({cpu_name()}, {os.cpu_count()} cores)",
@@ -169,11 +169,16 @@ def save_record(recipe: Path, spec: dict[str, Any], info: dict, ev: dict) -> dic
         "eval": ev,
         "log": epoch_log(recipe, info),
     }
-    path = record_path(recipe, info["mode"], info["seed"])
+    write_record(recipe, rec)
+    return rec
+
+
+def write_record(recipe: Path, rec: dict[str, Any]) -> None:
+    """``rec`` into its file under runs/ (temp file + rename)."""
+    path = record_path(recipe, rec["info"]["mode"], rec["info"]["seed"])
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as f:
         f.write(json.dumps(rec, indent=1) + "\n")
-    return rec
 
 
 def all_records(recipe: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -334,9 +339,7 @@ def inspection(recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]]
         return list(rec.get("inspection", []))
     lines = inspection_lines(recipe, spec, best)
     rec["inspection"] = lines
-    path = record_path(recipe, "factor", rec["info"]["seed"])
-    with atomic_write(path) as f:
-        f.write(json.dumps(rec, indent=1) + "\n")
+    write_record(recipe, rec)
     return lines
 
 
