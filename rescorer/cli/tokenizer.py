@@ -58,6 +58,7 @@ def tokenizer_train(
       rescorer tokenizer train --text books.txt --vocab-size 16000 --out books16k.model
     """
     from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+    from rescorer.core.errors import FileError
     from rescorer.core.io import read_lines
     from rescorer.core.output import atomic_write
 
@@ -76,6 +77,8 @@ def tokenizer_train(
 
     try:
         tok = SubwordTokenizer.train(sentences(), options)
+    except FileError:
+        raise  # the text's own fault, named with its line by read_lines
     except ValueError:
         if counted[0] == 0:
             raise ValueError(f"{text}: no words (expected one sentence per line)") from None

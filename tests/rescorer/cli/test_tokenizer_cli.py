@@ -88,6 +88,11 @@ def test_bad_inputs_are_one_line_and_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert f"{empty}: no words (expected one sentence per line)" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"GOOD WORDS\nab\xff\xfecd\n")
+    result = run("tokenizer", "train", "--text", binary, "--out", tmp_path / "x")
+    assert result.exit_code == 2 and f"{binary}:2" in result.output, result.output
+    assert "no words" not in result.output
     result = run("tokenizer", "train", "--text", tmp_path / "nope.txt", "--out", tmp_path / "x")
     assert result.exit_code == 2 and "nope.txt" in result.output
     result = run("tokenizer", "train", "--text", empty, "--vocab-size", 10, "--out", tmp_path / "x")
