@@ -700,7 +700,8 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
     )
     logging.getLogger("sentence_transformers").setLevel(logging.WARNING)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    # OMP_NUM_THREADS, where set, is honoured (one thread per run when runs share the cores).
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1)))
     conf = json.loads(args.conf.read_text(encoding="utf-8"))
     conf["sets"].update(partition_sets(conf))  # pK_A / pK_B: random partitions of the types
     if args.stage == "prepare":

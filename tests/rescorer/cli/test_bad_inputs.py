@@ -134,6 +134,19 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ),
         encoding="utf-8",
     )
+    files["cache"] = root / "cache.json"
+    files["cache"].write_text(
+        json.dumps(
+            {
+                "format": "rescorer-cache",
+                "version": 1,
+                "base": f"kenlm:{files['arpa']}",
+                "lambda": 0.25,
+                "field": "genre",
+            }
+        ),
+        encoding="utf-8",
+    )
     files["requests"] = root / "requests.tsv"
     files["requests"].write_text('a\n\tb\na b\t\t{"genre": "x"}\n', encoding="utf-8")
     files["docs"] = root / "docs.jsonl"
@@ -389,6 +402,7 @@ SLOTS = (
     ),
     Slot("ppl-arpa", ("ppl", "--lm", LM, "--text", "{plain}"), "arpa", kind="arpa"),
     Slot("ppl-mix", ("ppl", "--lm", "mix:{mix}", "--text", "{plain}"), "mix", kind="json"),
+    Slot("ppl-cache", ("ppl", "--lm", "cache:{cache}", "--text", "{plain}"), "cache", kind="json"),
     Slot(
         "ngram-build",
         (

@@ -1,0 +1,264 @@
+"""A unigram cache of each utterance's context text, interpolated with a base word model.
+
+The classic cache LM (Kuhn & De Mori 1990; Jelinek et al. 1991): words a speaker or writer has
+just used are more likely to come again, above all the rare ones (names, topic words) that a
+model trained elsewhere gives little probability. For each utterance the cache is the text of
+one field of its context record (``rescorer context build`` writes the previous utterances'
+1-best as ``previous``), and every word of a hypothesis is scored as
+
+    p(w | h, cache) = (1 - lambda) p_base(w | h) + lambda c(w) / n
+
+where ``c(w)`` counts ``w`` in the cache and ``n`` is the number of cached words; ``</s>`` gets
+``(1 - lambda) p_base(</s> | h)``. Over the base model's events plus the cached words this is
+a distribution (it sums to 1); a cached word the base does not know takes the base's ``<unk>``
+probability in the first term, as a closed-vocabulary model always scores unknown words. An
+utterance whose cache is empty (no context, or a group's first utterance) is scored by the base
+model unchanged, so a model scored with no context equals its base.
+
+``min_chars`` keeps only cached words of at least that many characters: function words are in
+every cache and their base probabilities are already high, so the cache's mass goes to content
+words (on LibriSpeech dev_clean, 5 characters tuned best; see the recipe's RESULTS.md). Words are
+matched without case (``str.casefold``), so a cache of upper-case 1-best text serves a
+lower-case model's hypotheses.
+
+On the command line the model is ``cache:FILE.json``:
+
+```json
+{"format": "rescorer-cache", "version": 1, "base": "lstm=torch:exp/lstm/best",
+ "lambda": 0.1, "field": "previous", "min_chars": 5}
+```
+
+A relative base path is relative to the JSON file's folder; loader options (case, device) go to
+the base model. Scoring needs a context file (``--context``); contexts also go to the base, so a
+context-aware base keeps its own conditioning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rescorer.core.constants import EOS
+from rescorer.core.errors import InputError
+from rescorer.core.json_input import json_number, read_json
+from rescorer.core.output import atomic_write
+from rescorer.lms import load_lm, parse_spec
+from rescorer.lms.base import check_advance, token_sums
+from rescorer.lms.contract import Context, LanguageModel, LMSpec
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "rescorer-cache"
+VERSION = 1
+MAX_DEPTH = 4  # caches of caches (or of mixtures), at most this deep
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """The contents of a ``cache:FILE.json``."""
+
+    # Spec of the base word model ([NAME=]KIND:PATH).
+    base: str
+    # Weight of the cache distribution, 0 < lambda < 1.
+    lam: float
+    # Context field whose text fills the cache.
+    field: str = "previous"
+    # Only cached words of at least this many characters count (0: every word).
+    min_chars: int = 0
+
+    def __post_init__(self) -> None:
+        parse_spec(self.base)
+        check_options(self.lam, self.field, self.min_chars)
+
+    def save(self, path: str | Path) -> None:
+        data = {
+            "format": FORMAT,
+            "version": VERSION,
+            "base": self.base,
+            "lambda": self.lam,
+            "field": self.field,
+            "min_chars": self.min_chars,
+        }
+        with atomic_write(path) as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CacheSpec:
+        path = Path(path)
+        data = read_json(path)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise InputError(f"expected a JSON object with format {FORMAT!r}", path)
+        if data.get("version") != VERSION:
+            raise InputError(f"expected version {VERSION}, got {data.get('version')!r}", path)
+        base, field, min_chars = (
+            data.get("base"),
+            data.get("field", "previous"),
+            data.get("min_chars", 0),
+        )
+        if not isinstance(base, str):
+            raise InputError('expected "base": a model spec such as "torch:exp/lstm/best"', path)
+        if not isinstance(field, str) or not isinstance(min_chars, int):
+            raise InputError('expected "field" a string and "min_chars" an integer', path)
+        try:
+            return cls(
+                base, json_number(data.get("lambda"), path, None, "lambda"), field, min_chars
+            )
+        except (TypeError, ValueError) as err:
+            raise InputError(str(err), path) from None
+
+    def resolved_base(self, folder: Path) -> LMSpec:
+        """The base spec with a relative path made relative to ``folder``."""
+        spec = parse_spec(self.base)
+        if not spec.path.is_absolute():
+            spec = LMSpec(spec.name, spec.kind, folder / spec.path)
+        return spec
+
+
+def check_options(lam: float, field: str, min_chars: int) -> None:
+    """ValueError unless 0 < lam < 1, field is non-empty and min_chars >= 0."""
+    if not (isinstance(lam, int | float) and math.isfinite(lam) and 0.0 < lam < 1.0):
+        raise ValueError(f"lambda must be between 0 and 1 (exclusive), got {lam!r}")
+    if not field:
+        raise ValueError("field must name a context field, got an empty string")
+    if min_chars < 0:
+        raise ValueError(f"min_chars must be >= 0, got {min_chars}")
+
+
+@dataclass(frozen=True)
+class Cache:
+    """One utterance's cache: the probability of each cached word (case-folded)."""
+
+    # Cached word (casefolded) -> c(w) / n.
+    probs: Mapping[str, float]
+
+    def __len__(self) -> int:
+        return len(self.probs)
+
+    def prob(self, word: str) -> float:
+        return self.probs.get(word.casefold(), 0.0) if word != EOS else 0.0
+
+
+EMPTY = Cache({})
+
+
+class CacheLM:
+    """A base word model interpolated with a unigram cache of each utterance's context text."""
+
+    units = "word"
+
+    def __init__(
+        self,
+        base: LanguageModel,
+        lam: float,
+        field: str = "previous",
+        min_chars: int = 0,
+        name: str = "cache",
+    ) -> None:
+        check_options(lam, field, min_chars)
+        if base.units != "word":
+            raise ValueError(
+                f"a cache needs a base model over words, got {base.name!r} with units "
+                f"{base.units!r}"
+            )
+        self.base = base
+        self.lam = float(lam)
+        self.field = field
+        self.min_chars = min_chars
+        self.name = name
+        self._log_keep = math.log1p(-self.lam)
+
+    def cache(self, context: Context | None) -> Cache:
+        """The cache of one context record (empty without the field)."""
+        text = context.get(self.field) if context else None
+        if not text:
+            return EMPTY
+        if not isinstance(text, str):
+            raise ValueError(
+                f"context field {self.field!r} must be text, got {type(text).__name__}"
+            )
+        words = [w.casefold() for w in text.split() if len(w) >= self.min_chars]
+        if not words:
+            return EMPTY
+        n = len(words)
+        return Cache({w: c / n for w, c in Counter(words).items()})
+
+    def _mix(self, base_lp: np.ndarray, tokens: Sequence[str], cache: Cache) -> np.ndarray:
+        """ln((1 - lambda) p_base + lambda p_cache) per token (the base's values, no cache)."""
+        if not len(cache):
+            return np.asarray(base_lp, dtype=np.float64)
+        q = np.fromiter((cache.prob(t) for t in tokens), dtype=np.float64, count=len(tokens))
+        kept = np.asarray(base_lp, dtype=np.float64) + self._log_keep
+        with np.errstate(divide="ignore"):
+            return np.logaddexp(kept, math.log(self.lam) + np.log(q))
+
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        base = self.base.token_logprobs(sentences, contexts)
+        out = []
+        for i, words in enumerate(sentences):
+            cache = self.cache(contexts[i]) if contexts is not None else EMPTY
+            if len(base[i]) != len(words) + 1:
+                raise ValueError(
+                    f"base model {self.base.name!r} gave {len(base[i])} values for a sentence "
+                    f"of {len(words)} words; a cache needs one per word and one for </s>"
+                )
+            out.append(self._mix(base[i], [*words, EOS], cache))
+        return out
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        # The cache mixes per word: there is no shortcut through the base's sentence totals.
+        return token_sums(self.token_logprobs(sentences, contexts))
+
+    def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        return self.base.oov_flags(sentences)
+
+    def start(self, context: Context | None = None) -> tuple[Any, Cache]:
+        return self.base.start(context), self.cache(context)
+
+    def advance(self, states: Sequence[Any], tokens: Sequence[str]) -> tuple[np.ndarray, list]:
+        if check_advance(states, tokens):
+            return np.empty(0, dtype=np.float64), []
+        base_lp, nxt = self.base.advance([s[0] for s in states], tokens)
+        out = np.array(
+            [
+                self._mix(base_lp[i : i + 1], [t], s[1])[0]
+                for i, (s, t) in enumerate(zip(states, tokens, strict=True))
+            ],
+            dtype=np.float64,
+        )
+        return out, [(n, s[1]) for n, s in zip(nxt, states, strict=True)]
+
+    def __repr__(self) -> str:
+        return (
+            f"CacheLM({self.base.name!r}, lambda={self.lam:g}, field={self.field!r}, "
+            f"min_chars={self.min_chars})"
+        )
+
+
+def load_cache_lm(spec: LMSpec, options: Mapping[str, Any]) -> CacheLM:
+    """The ``cache`` loader of :data:`rescorer.lms.LOADERS`: options go to the base model."""
+    depth = int(options.get("mix_depth", 0))
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"{spec.path}: models nested deeper than {MAX_DEPTH} (a cycle?)")
+    cs = CacheSpec.load(spec.path)
+    base = load_lm(cs.resolved_base(spec.path.parent), **{**options, "mix_depth": depth + 1})
+    logger.info(
+        "cache %s: base %s, lambda %g, field %r, min_chars %d",
+        spec.path, base.name, cs.lam, cs.field, cs.min_chars,
+    )  # fmt: skip
+    return CacheLM(base, cs.lam, cs.field, cs.min_chars, name=spec.name)
