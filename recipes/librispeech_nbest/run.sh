@@ -24,7 +24,10 @@
 # twin without one, conf/lease/word.json; defaults exp/lease/{previous,word}/best, where
 # scripts/lease/unpack.py puts them), CTX_K (previous utterances of the same chapter, 3). The
 # context is the system's own 1-best of the earlier utterances (never the references, which
-# give only the perplexity upper bound).
+# give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
+# with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py):
+# CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
+# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,6 +48,9 @@ CTX=${CTX:-0}
 CTX_MODEL=${CTX_MODEL:-$EXP/lease/previous/best}
 CTX_BASE=${CTX_BASE:-$EXP/lease/word/best}
 CTX_K=${CTX_K:-3}
+CACHE_K=${CACHE_K:-100}
+CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
+CACHE_MIN_CHARS=${CACHE_MIN_CHARS:-5}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 NBEST=$DATA/nbest/librispeech-espnet
@@ -143,6 +149,46 @@ for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs"
   done
 fi
 
+# Cache rows (CTX=1): the twin (`nbk`) and the 4-gram (`4gk`), each interpolated with a unigram
+# cache of the earlier utterances' first-pass 1-best in the same chapter. A row takes the model
+# and its cached form as two features: their weights split the model's score from the cache's
+# boost (w1 nb + w2 nbk = (w1 + w2) nb + w2 (nbk - nb)); the cached form alone moved nothing.
+SCORED_CACHE=${SCORED}_cache
+write_cache() {  # write_cache FILE BASE_SPEC: a cache model file (rescorer/lms/cache.py)
+  "$PY" -c 'import sys; from rescorer.lms.cache import CacheSpec
+CacheSpec(sys.argv[2], float(sys.argv[3]), "previous", int(sys.argv[4])).save(sys.argv[1])' \
+    "$1" "$2" "$CACHE_LAMBDA" "$CACHE_MIN_CHARS"
+}
+if run_stage 4 && [ "$CTX" = 1 ]; then
+  mkdir -p "$SCORED_CACHE"
+  write_cache "$EXP/context/cache_nb.json" "nb=torch:$(realpath "$CTX_BASE")"
+  write_cache "$EXP/context/cache_4gram.json" "4gram=kenlm:$LM"
+  for set in $SETS; do
+    cache=$EXP/context/$set.cache.jsonl
+    [ -s "$cache" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CACHE_K" \
+      --out "$cache"
+    out=$SCORED_CACHE/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the twin and the 4-gram, each with a cache"
+    timed "score_cache_$set" "$RESCORER" -q score --nbest "$SCORED_CTX/$set.jsonl" \
+      --lm "nbk=cache:$EXP/context/cache_nb.json" --lm "4gk=cache:$EXP/context/cache_4gram.json" \
+      --context "$cache" --out "$out" 2> "$SCORED_CACHE/$set.log"
+  done
+  # Perplexity of the dev_other references with the twin's cache: filled from the first-pass
+  # 1-best, and from the references (the upper bound).
+  ref_cache=$EXP/context/dev_other.cache_references.jsonl
+  [ -s "$ref_cache" ] || "$RESCORER" -q context build --nbest "$NBEST/dev_other" \
+    --previous "$CACHE_K" --from "$EXP/context/dev_other.ref_text" --out "$ref_cache"
+  for v in "cache_first_pass|$EXP/context/dev_other.cache.jsonl" "cache_references|$ref_cache"; do
+    IFS='|' read -r name ctx <<< "$v"
+    out=$EXP/context/ppl_dev_other.$name.txt
+    [ -s "$out" ] && continue
+    "$RESCORER" -q ppl --lm "cache:$EXP/context/cache_nb.json" \
+      --text "$NBEST/dev_other/references/ref_wer.trn" --text-format trn --context "$ctx" \
+      > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+fi
+
 # system name | features tuned on dev_clean | length weight | scored lists (default $SCORED)
 # ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`;
 #  the LSTM's are `lstm` and `lstm_oov`)
@@ -172,6 +218,9 @@ if [ "$CTX" = 1 ]; then
     "3C_lstm_previous|decoder,ctc,$CF|--no-length|$SCORED_CTX"
     "4N_all_nocontext|decoder,ctc,lm,4gram,4gram_oov,$NB|--length|$SCORED_CTX"
     "4C_all_previous|decoder,ctc,lm,4gram,4gram_oov,$CF|--length|$SCORED_CTX"
+    "3G_4gram_cache|decoder,ctc,4gram,4gk,4gram_oov|--no-length|$SCORED_CACHE"
+    "3K_lstm_cache|decoder,ctc,$NB,nbk|--no-length|$SCORED_CACHE"
+    "4K_all_cache|decoder,ctc,lm,4gram,4gram_oov,$NB,nbk|--length|$SCORED_CACHE"
   )
 fi
 
@@ -206,26 +255,32 @@ if run_stage 6; then
   done
 fi
 
-# Second pass (CTX=1): each utterance's context rebuilt from the previous utterances' 1-best of
-# row 4C, the lists scored again with it and rescored with 4C's weights.
-if run_stage 6 && [ "$CTX" = 1 ]; then
-  name=4C2_all_previous_second_pass
-  mkdir -p "$EXP/$name" "${SCORED}_ctx2"
-  cp "$EXP/4C_all_previous/weights.json" "$EXP/$name/weights.json"
+# Second passes (CTX=1): each utterance's context rebuilt from a first row's 1-best of the
+# previous utterances, the lists scored again with it and rescored with that row's weights:
+#   second_pass NAME FROM_ROW K LM_SPEC TAG SCORED_LISTS
+second_pass() {
+  local name=$1 from=$2 k=$3 spec=$4 tag=$5 lists=$6
+  mkdir -p "$EXP/$name" "${SCORED}_$tag"
+  cp "$EXP/$from/weights.json" "$EXP/$name/weights.json"
   for set in $SETS; do
-    out=$EXP/$name/$set
+    local out=$EXP/$name/$set second=$EXP/context/$set.${tag}_second_pass.jsonl
     [ -s "$out/1best.txt" ] && continue
-    second=$EXP/context/$set.second_pass.jsonl
-    "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CTX_K" \
-      --from "$EXP/4C_all_previous/$set/1best.txt" --out "$second"
-    log "stage 6: second pass of $set (context from row 4C's 1-best)"
-    timed "score_ctx2_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
-      --lm "ctx=torch:$CTX_MODEL" --context "$second" --out "${SCORED}_ctx2/$set.jsonl" \
-      2> "${SCORED}_ctx2/$set.log"
-    "$RESCORER" -q rescore --nbest "${SCORED}_ctx2/$set.jsonl" \
+    "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$k" \
+      --from "$EXP/$from/$set/1best.txt" --out "$second"
+    log "stage 6: second pass of $set ($tag: context from row $from's 1-best)"
+    timed "score_${tag}_$set" "$RESCORER" -q score --nbest "$lists/$set.jsonl" \
+      --lm "$spec" --context "$second" --out "${SCORED}_$tag/$set.jsonl" \
+      2> "${SCORED}_$tag/$set.log"
+    "$RESCORER" -q rescore --nbest "${SCORED}_$tag/$set.jsonl" \
       --ref "$NBEST/$set/references/ref_wer.trn" --weights "$EXP/$name/weights.json" \
       --out "$out" > "$out.log"
   done
+}
+if run_stage 6 && [ "$CTX" = 1 ]; then
+  second_pass 4C2_all_previous_second_pass 4C_all_previous "$CTX_K" "ctx=torch:$CTX_MODEL" ctx2 \
+    "$SCORED"
+  second_pass 4K2_all_cache_second_pass 4K_all_cache "$CACHE_K" \
+    "nbk=cache:$EXP/context/cache_nb.json" cache2 "$SCORED_CTX"  # the twin's `nb` is there
 fi
 
 if run_stage 7; then
@@ -233,5 +288,5 @@ if run_stage 7; then
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF") CTX=$CTX CTX_K=$CTX_K"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(basename "$LSTM_CONF") CTX=$CTX CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS"
 fi

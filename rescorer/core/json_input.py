@@ -123,6 +123,17 @@ def read_json(path: str | Path) -> Any:
     return parse_json(read_text(path), path)
 
 
+def read_format_json(path: str | Path, fmt: str, version: int) -> dict[str, Any]:
+    """A JSON object stamped ``"format": fmt, "version": version`` (the toolkit's small model
+    files, e.g. mixtures and caches); anything else is an InputError naming the file."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise InputError(f"expected a JSON object with format {fmt!r}", path)
+    if data.get("version") != version:
+        raise InputError(f"expected version {version}, got {data.get('version')!r}", path)
+    return data
+
+
 def type_name(value: object) -> str:
     """The JSON name of a parsed value's type."""
     if value is None:

@@ -48,7 +48,7 @@ import numpy as np
 
 from rescorer.core.constants import EOS
 from rescorer.core.errors import InputError
-from rescorer.core.json_input import json_number, read_json
+from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm, parse_spec
 from rescorer.lms.base import check_advance, token_sums
@@ -93,11 +93,7 @@ class CacheSpec:
     @classmethod
     def load(cls, path: str | Path) -> CacheSpec:
         path = Path(path)
-        data = read_json(path)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InputError(f"expected a JSON object with format {FORMAT!r}", path)
-        if data.get("version") != VERSION:
-            raise InputError(f"expected version {VERSION}, got {data.get('version')!r}", path)
+        data = read_format_json(path, FORMAT, VERSION)
         base, field, min_chars = (
             data.get("base"),
             data.get("field", "previous"),

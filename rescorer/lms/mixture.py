@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from rescorer.core.errors import InputError
-from rescorer.core.json_input import json_number, read_json
+from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm, parse_spec
 from rescorer.lms.base import check_advance, token_sums
@@ -169,11 +169,7 @@ class MixtureSpec:
     @classmethod
     def load(cls, path: str | Path) -> MixtureSpec:
         path = Path(path)
-        data = read_json(path)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InputError(f"expected a JSON object with format {FORMAT!r}", path)
-        if data.get("version") != VERSION:
-            raise InputError(f"expected version {VERSION}, got {data.get('version')!r}", path)
+        data = read_format_json(path, FORMAT, VERSION)
         comps = data.get("components")
         if not isinstance(comps, list) or not all(
             isinstance(c, dict) and isinstance(c.get("spec"), str) for c in comps

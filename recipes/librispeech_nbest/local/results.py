@@ -16,9 +16,10 @@ from rescorer.combine import Weights, one_best
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
+from rescorer.lms.cache import CacheSpec
 from rescorer.refs import read_kaldi_text, read_references
 from rescorer.significance import compare
-from rescorer.wer import WerReport, oracle, score_corpus
+from rescorer.wer import WerReport, align, oracle, score_corpus
 
 SETS = ("dev_clean", "dev_other")
 SYSTEMS = [
@@ -41,6 +42,14 @@ SYSTEMS = [
         "  4C, second pass: context from 4C's 1-best of the previous utterances (4C's weights)",
         "4C2_all_previous_second_pass",
     ),
+    ("3G", "decoder + ctc + our 4-gram with a cache of the previous utterances", "3G_4gram_cache"),
+    ("3K", "decoder + ctc + our LSTM with a cache of the previous utterances", "3K_lstm_cache"),
+    ("4K", "all + our LSTM with a cache of the previous utterances", "4K_all_cache"),
+    (
+        "4K2",
+        "  4K, second pass: caches from 4K's 1-best of the previous utterances (4K's weights)",
+        "4K2_all_cache_second_pass",
+    ),
 ]
 COMPARISONS = [
     ("2", "3"),
@@ -54,12 +63,18 @@ COMPARISONS = [
     ("4", "4N"),
     ("4N", "4C"),
     ("4C", "4C2"),
+    ("3", "3G"),
+    ("3N", "3K"),
+    ("4N", "4K"),
+    ("4K", "4K2"),
 ]
 PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("twin", "the twin LM (no context)"),
     ("none", "the context LM, no context given (its expected context)"),
     ("first_pass", "the context LM, previous utterances from the first-pass 1-best"),
     ("references", "the context LM, previous utterances from the references (upper bound)"),
+    ("cache_first_pass", "the twin with a cache of the chapter's earlier first-pass 1-best"),
+    ("cache_references", "the twin with a cache of the chapter's earlier references (upper bound)"),
 ]
 
 
@@ -146,7 +161,7 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
     lines = []
     for label, folder in (
         ("context LM (rows 3C, 4C, 4C2)", ctx_model),
-        ("no-context twin (rows 3N, 4N)", ctx_base),
+        ("no-context twin (rows 3N, 4N; the base of 3K, 4K, 4K2)", ctx_base),
     ):
         run = TrainingSummary.of(folder.parent)
         model = run.config["model"]
@@ -163,6 +178,17 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             f"{model['num_layers']} layer(s), {run.vocab_size:,} {run.units}, {run.output}; "
             f"{run.parameters / 1e6:.1f} M parameters; {ctx}. {run.training_words()}; best dev "
             f"perplexity {run.dev_ppl:.1f} (epoch {run.best_epoch}; held-out books)."
+        )
+    cache_file = exp / "context" / "cache_nb.json"
+    if cache_file.exists():
+        cs = CacheSpec.load(cache_file)
+        lines.append(
+            f"- Cache rows (3G, 3K, 4K, 4K2): the model (the 4-gram in 3G, the twin in 3K-4K2) "
+            f"interpolated word by word with a unigram cache, p = (1 - l) p_model + l c(w) / n, "
+            f"l = {cs.lam:g}, where c counts the words of at least {cs.min_chars} letters in the "
+            f"first-pass 1-best of the earlier utterances of the same chapter (`rescorer context "
+            f"build --previous 100`; `cache:` models, rescorer/lms/cache.py); a chapter's first "
+            f"utterance is scored by the model alone."
         )
     ppl = []
     for stem, what in PPL_VARIANTS:
@@ -189,6 +215,63 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             "",
         ]
     return lines
+
+
+def reach_of_context(
+    refs: dict[str, tuple[str, ...]],
+    hyps: dict[str, tuple[str, ...]],
+    nbest: dict[str, list[tuple[str, ...]]],
+    min_chars: int,
+) -> dict[str, int]:
+    """How many of a system's errors a context of the earlier utterances could reach.
+
+    For each reference word the system got wrong (substituted or deleted), in chapter order:
+    is it in the chapter's earlier first-pass 1-best, in its earlier references, and in the
+    utterance's own N-best list (where reranking can find it)? Counted for every word and for
+    the words of at least ``min_chars`` letters (names and content words).
+    """
+    counts = dict.fromkeys(
+        ("errors", "in_first_pass", "in_references", "in_nbest_and_first_pass"), 0
+    )
+    long_counts = {f"long_{k}": 0 for k in counts}
+    chapters: dict[str, list[str]] = {}
+    for utt in sorted(refs):
+        chapters.setdefault(utt.rsplit("-", 1)[0], []).append(utt)
+    for utts in chapters.values():
+        seen_hyp: set[str] = set()
+        seen_ref: set[str] = set()
+        for utt in utts:
+            in_list = {w for h in nbest[utt] for w in h}
+            for code, ref, _ in align(refs[utt], hyps[utt]).ops:
+                if code in ("C", "I") or ref is None:
+                    continue
+                hit = {
+                    "errors": True,
+                    "in_first_pass": ref in seen_hyp,
+                    "in_references": ref in seen_ref,
+                    "in_nbest_and_first_pass": ref in seen_hyp and ref in in_list,
+                }
+                for k, v in hit.items():
+                    counts[k] += v
+                    if len(ref) >= min_chars:
+                        long_counts[f"long_{k}"] += v
+            seen_hyp.update(nbest[utt][0])
+            seen_ref.update(refs[utt])
+    return {**counts, **long_counts}
+
+
+def reach_lines(r: dict[str, int], row: str, min_chars: int) -> list[str]:
+    """The reach of context (:func:`reach_of_context`) as README lines."""
+    return [
+        f"- What context can reach (row {row}'s dev_other errors; substituted or deleted "
+        f"reference words, {r['errors']:,}): {r['in_first_pass']:,} are words of the chapter's "
+        f"earlier first-pass 1-best ({r['in_references']:,} of its earlier references), "
+        f"{r['in_nbest_and_first_pass']:,} of those also in the utterance's 30-best. Of the "
+        f"{r['long_errors']:,} words of at least {min_chars} letters, {r['long_in_first_pass']:,} "
+        f"are in the earlier 1-best ({r['long_in_references']:,} in the earlier references) and "
+        f"{r['long_in_nbest_and_first_pass']:,} also in the 30-best: the most a cache of the "
+        f"earlier utterances can fix there.",
+    ]
 
 
 def sharing_lines(exp: Path) -> list[str]:
@@ -229,6 +312,7 @@ def main() -> None:
     reports: dict[tuple[str, str], WerReport] = {}
     oracles: dict[str, WerReport] = {}
     sizes: dict[str, tuple[int, int]] = {}
+    reach_text: list[str] = []
     for s in SETS:
         nbest = read_nbest(args.nbest / s, "espnet")
         refs = read_references(args.nbest / s / "references" / "ref_wer.trn")
@@ -240,6 +324,19 @@ def main() -> None:
             reports[(key, s)] = score_corpus(
                 refs, read_kaldi_text(args.exp / folder / s / "1best.txt")
             )
+        cache_file = args.exp / "context" / "cache_nb.json"
+        if s == "dev_other" and cache_file.exists():
+            min_chars = CacheSpec.load(cache_file).min_chars
+            reach = reach_of_context(
+                {u: tuple(w) for u, w in refs.items()},
+                {
+                    u: tuple(w)
+                    for u, w in read_kaldi_text(args.exp / "4_all" / s / "1best.txt").items()
+                },
+                {u: [tuple(h.words) for h in nb] for u, nb in nbest.items()},
+                min_chars,
+            )
+            reach_text = reach_lines(reach, "4", min_chars)
 
     books = args.exp / "lm" / "books.txt"
     n_sent = n_words = 0
@@ -269,6 +366,7 @@ def main() -> None:
             args.ctx_model or args.exp / "lease" / "previous" / "best",
             args.ctx_base or args.exp / "lease" / "word" / "best",
         ),
+        *reach_text,
         '- "Our 4-gram" is two features, as `--lm` adds them: its natural-log sentence '
         "probability (`4gram`) and the number of words it does not know (`4gram_oov`); the "
         "ablation rows drop the OOV count.",
