@@ -23,6 +23,10 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
   control and full rows warm too, as an ablation.
 - ``partitions``: ``{"count": K, "seed": S}``: Table 5 again over K random partitions of the
   context types into A and B (the paper: five), besides the fixed A = metadata, B = previous.
+- ``sentence_kinds``: the sentence encoders pretrained (default both ``transformer`` and
+  ``lstm``; the LSTM serves only Table 6 and its own sentence-only row).
+- ``stop_after``: ``"t3"`` ends the experiments after Table 3 (and pretraining skips the proxy
+  auto-encoder): the context sets alone, for a budget that cannot hold every table.
 """
 
 from __future__ import annotations
@@ -292,6 +296,14 @@ def partition_sets(conf: dict) -> dict[str, list[str]]:
     return out
 
 
+def sentence_kinds(conf: dict) -> list[str]:
+    """The sentence encoders the conf pretrains (``sentence_kinds``, default both)."""
+    kinds = list(conf.get("sentence_kinds", ["transformer", "lstm"]))
+    if "transformer" not in kinds or not set(kinds) <= {"transformer", "lstm"}:
+        raise ValueError(f"sentence_kinds must hold 'transformer' (and may 'lstm'), got {kinds}")
+    return kinds
+
+
 def sentence_config(conf: dict, vocab: Vocabulary, kind: str) -> SentenceLMConfig:
     return SentenceLMConfig(vocab_size=len(vocab), kind=kind, **conf["sentence"])
 
@@ -320,7 +332,7 @@ def pretrain(conf: dict, exp: Path) -> None:
 
     train, dev, test = plain(rows), plain(dev_rows), plain(test_rows)
     opts = stage_options(conf, "train_sentence")
-    for kind in ("transformer", "lstm"):
+    for kind in sentence_kinds(conf):
         out = exp / "runs" / f"sentence_{kind}"
         if (out / "result.json").exists():
             continue
@@ -348,7 +360,7 @@ def pretrain(conf: dict, exp: Path) -> None:
             },
         )
     out = exp / "runs" / "proxy_ae"
-    if not (out / "result.json").exists():
+    if conf.get("stop_after") != "t3" and not (out / "result.json").exists():
         model = new_cue_model(conf, vocab, "transformer", exp, "both", "minilm")
         popts = stage_options(conf, "train_proxy")
         result = train_proxy_autoencoder(model, train, dev, popts)
@@ -564,11 +576,14 @@ def experiments(conf: dict, exp: Path) -> None:
     setup = Setup(conf, exp, conf["embedder"])
     r = Runner(setup)
     # The sentence encoders alone, on the evaluation sentences of every table.
-    for kind in ("transformer", "lstm"):
+    for kind in sentence_kinds(conf):
         r.run(f"sentence_only_{kind}", lambda kind=kind: _sentence_only(r, kind))
-    # Table 3: context sets, jointly trained decoder + context encoder.
-    for set_name in ("none", "meta", "prev", "both"):
+    # Table 3: context sets, jointly trained decoder + context encoder (the control and the
+    # previous sentence first: the comparison a short budget must reach).
+    for set_name in ("none", "prev", "meta", "both"):
         r.joint(f"t3_{set_name}", set_name, keep=set_name in ("meta", "both"))
+    if conf.get("stop_after") == "t3":
+        return
     # Table 4: ablations of the full model.
     r.joint("t4_no_context_transformer", "both", context_transformer=False)
     r.joint("t4_concat", "both", decoder="concat")
