@@ -1,0 +1,47 @@
+"""The LibriSpeech recipe's count of what previous-utterance context can reach."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+from tests.paths import REPO
+
+
+def results_module() -> ModuleType:
+    path = REPO / "recipes" / "librispeech_nbest" / "local" / "results.py"
+    spec = importlib.util.spec_from_file_location("librispeech_results", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reach_counts_only_earlier_utterances_of_the_same_chapter() -> None:
+    reach = results_module().reach_of_context
+    refs = {
+        "1-10-0000": ("catalina", "sat"),
+        "1-10-0001": ("catalina", "ran"),  # 'catalina' wrong here; the 1-best had it before
+        "1-10-0002": ("the", "gondola"),  # 'gondola' wrong here and only said later
+        "1-10-0003": ("gondola", "went"),
+        "2-20-0000": ("catalina", "went"),  # another chapter: nothing earlier
+    }
+    hyps = {
+        "1-10-0000": ("catalina", "sat"),
+        "1-10-0001": ("katalina", "ran"),
+        "1-10-0002": ("the", "gondolas"),
+        "1-10-0003": ("gondola", "went"),
+        "2-20-0000": ("katalina", "went"),
+    }
+    nbest = {u: [h, refs[u]] for u, h in hyps.items()}  # the reference is in every list
+    nbest["1-10-0001"] = [("catalina", "ran"), ("katalina", "ran")]  # first pass: correct
+    got = reach(refs, hyps, nbest, 5)
+    assert got["errors"] == 3 and got["long_errors"] == 3
+    # catalina in 1-10-0001 (earlier first pass of its chapter): reachable; gondola in 1-10-0002
+    # is said only after it; catalina in chapter 2 has no earlier utterance.
+    assert got["in_first_pass"] == 1 and got["in_nbest_and_first_pass"] == 1
+    assert got["in_references"] == 1 and got["long_in_first_pass"] == 1
+    shorter = reach(refs, hyps, nbest, 9)  # 'catalina' has 8 letters
+    assert shorter["long_errors"] == 0 and shorter["in_first_pass"] == 1
