@@ -3,7 +3,8 @@
 :class:`WordLM` is the base of the adapters whose units are words (``torch:``, ``onnx:``,
 ``fnlm:``, ``cue:``, ``lbl:``): the case mapping into the model's vocabulary and the OOV flags
 (through a :class:`~rescorer.lms.word_vocab.CaseMapping` the adapter sets as ``self.words``),
-sentence log-probabilities as sums of the token ones, the argument check of streaming
+sentence log-probabilities as sums of the token ones (:class:`TokenSumLM`, which mixtures and
+caches share), the argument check of streaming
 ``advance``, and a ``__repr__`` from the adapter's :meth:`WordLM.describe`. The checks every
 constructor makes (a checkpoint folder that exists, positive batch sizes) and the loader of
 :data:`rescorer.lms.LOADERS` (:func:`loader`) are here too, with one wording of their errors.
@@ -50,7 +51,28 @@ def check_advance(states: Sequence[Any], tokens: Sequence[str]) -> bool:
     return not tokens
 
 
-class WordLM:
+class TokenSumLM:
+    """Sentence log-probabilities as the sums of :meth:`token_logprobs` (models that have no
+    shortcut through whole sentences: word adapters, mixtures and caches, which combine per
+    token)."""
+
+    def token_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def sentence_logprobs(
+        self,
+        sentences: Sequence[Sequence[str]],
+        contexts: Sequence[Context | None] | None = None,
+    ) -> np.ndarray:
+        """Natural-log probability of each sentence: the sum of its token log-probabilities."""
+        return token_sums(self.token_logprobs(sentences, contexts))
+
+
+class WordLM(TokenSumLM):
     """Base of the word-level adapters (see the module docstring).
 
     A subclass sets ``name``, ``path`` and ``words`` (its case mapping) and implements
@@ -74,21 +96,6 @@ class WordLM:
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         """Per sentence, a bool per word: True where the model scores it as unknown."""
         return self.words.oov_flags(sentences)
-
-    def token_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> list[np.ndarray]:
-        raise NotImplementedError
-
-    def sentence_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> np.ndarray:
-        """Natural-log probability of each sentence: the sum of its token log-probabilities."""
-        return token_sums(self.token_logprobs(sentences, contexts))
 
     def describe(self) -> dict[str, Any]:
         """The fields ``repr`` shows after the path (the model's shape, options, case)."""

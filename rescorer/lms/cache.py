@@ -51,7 +51,7 @@ from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm, parse_spec
-from rescorer.lms.base import check_advance, token_sums
+from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class Cache:
 EMPTY = Cache({})
 
 
-class CacheLM:
+class CacheLM(TokenSumLM):
     """A base word model interpolated with a unigram cache of each utterance's context text."""
 
     units = "word"
@@ -211,14 +211,6 @@ class CacheLM:
                 )
             out.append(self._mix(base[i], [*words, EOS], cache))
         return out
-
-    def sentence_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> np.ndarray:
-        # The cache mixes per word: there is no shortcut through the base's sentence totals.
-        return token_sums(self.token_logprobs(sentences, contexts))
 
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         return self.base.oov_flags(sentences)

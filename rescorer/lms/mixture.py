@@ -42,7 +42,7 @@ from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm, parse_spec
-from rescorer.lms.base import check_advance, token_sums
+from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
 logger = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ def relative_spec(spec: LMSpec, base: Path) -> str:
 # -- the model --------------------------------------------------------------------------------
 
 
-class MixtureLM:
+class MixtureLM(TokenSumLM):
     """Linear interpolation of word-level models behind the LanguageModel contract."""
 
     def __init__(
@@ -237,14 +237,6 @@ class MixtureLM:
                 )
             out.append(mix_logprobs(np.stack(rows, axis=1), self.weights))
         return out
-
-    def sentence_logprobs(
-        self,
-        sentences: Sequence[Sequence[str]],
-        contexts: Sequence[Context | None] | None = None,
-    ) -> np.ndarray:
-        # A mixture is per token: there is no shortcut through the components' sentence totals.
-        return token_sums(self.token_logprobs(sentences, contexts))
 
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
         flags = [c.oov_flags(sentences) for c in self.components]
