@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -138,11 +139,17 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         for line in (exp / "times.tsv").read_text().splitlines():
             name, sec = line.split("\t")
             times[name] = times.get(name, 0) + int(sec)
-    sizes = r("t3_both")["parameters"]
+    sizes = r("t3_both").get("parameters") or r("t3_none").get("parameters") or {}
+    only_t3 = conf.get("stop_after") == "t3"
     add("# CUE on the Brown corpus (Novotney et al. 2022): results\n")
-    add("- Command: `bash recipes/cue_brown/run.sh` (every step niced)")
+    conf_note = "" if conf_path.name == "recipe.json" else f"CONF=conf/{conf_path.name} "
+    add(f"- Command: `{conf_note}bash recipes/cue_brown/run.sh` (every step niced)")
     add(f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    add(f"- Device: {describe_machine()}, shared with other jobs; torch on the CPU, 2 threads")
+    threads = os.environ.get("OMP_NUM_THREADS") or "2"
+    add(
+        f"- Device: {describe_machine()}, shared with other jobs; torch on the CPU, "
+        f"{threads} thread(s)"
+    )
     add(
         f"- Wall time: {seconds / 60:.1f} min of training and evaluation over all runs, plus "
         f"{emb.get('seconds', 0) / 60:.1f} min embedding {emb.get('strings', 0):,} distinct "
@@ -158,7 +165,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         "- Model sizes (parameters): "
         + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sizes.items())
         + f"; frozen string encoder all-MiniLM-L6-v2 (22.7M, 384 dims). Sentence encoders: "
-        f"transformer {se_t['parameters']:,}, LSTM {se_l['parameters']:,}."
+        f"transformer {se_t['parameters']:,}" + (f", LSTM {se_l['parameters']:,}." if se_l else ".")
     )
     d = stats
     ts, tc = conf["train_sentence"], conf["train_cue"]
@@ -170,8 +177,13 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         f"- Data: Brown, lower-cased, punctuation dropped, documents split 80/10/10 by genre "
         f"({d['documents']['train']}/{d['documents']['dev']}/{d['documents']['test']} documents). "
         f"Sentence encoders: all {d['train_all']['sentences']:,} training sentences "
-        f"({d['train_all']['tokens']:,} tokens), {ts['max_steps']} steps of up to "
-        f"{ts['max_tokens']:,} tokens. CUE stages: a random "
+        f"({d['train_all']['tokens']:,} tokens), "
+        + (
+            f"{ts['max_steps']} steps of up to {ts['max_tokens']:,} tokens"
+            if ts.get("max_steps")
+            else schedule(ts) + " (the best dev epoch kept)"
+        )
+        + ". CUE stages: a random "
         f"{d['train']['sentences']:,}-sentence sample of them ({d['train']['tokens']:,} tokens), "
         f"{schedule(tc)} (adaptation: {schedule(conf['train_adapt'])}); "
         f"dev {d['dev']['sentences']:,} and test {d['test']['sentences']:,} "
@@ -217,7 +229,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             "The decoder starts as a copy of the sentence LM's softmax (warm start, see README); "
             if conf.get("warm_start", True)
             else "Every new decoder starts from random weights, as in the paper (the warm start "
-            "of the first version is an ablation row below); "
+            "of the first version is an ablation row below, where run); "
         )
         + "AdamW, one-cycle schedule, clip 0.95, the best dev epoch kept."
     )
@@ -258,9 +270,15 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     add("")
     add(
         "Relative changes are against the sentence-internal row (the paper's row 1 is the "
-        "same architecture trained without context). The frozen sentence LM alone is worse "
-        "because it was trained for less than an epoch and the decoder adds a layer trained "
-        "for three more epochs on the CUE sample: that gain is not context.\n"
+        "same architecture trained without context)."
+        + (
+            " The frozen sentence LM alone is worse because it was trained for less than an "
+            "epoch and the decoder adds a layer trained for three more epochs on the CUE "
+            "sample: that gain is not context.\n"
+            if ts.get("max_steps")
+            else " The decoder adds a layer on the frozen sentence LM; the gain of context is "
+            "measured against that control, not against the sentence LM alone.\n"
+        )
     )
     short = {n: load(exp / "short_schedule" / f"t3_{n}" / "result.json") for n in rows3_sets}
     if all(short.values()):
@@ -270,6 +288,15 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             + ", ".join(f"{n} {fmt(v['test_ppl'])}" for n, v in short.items() if v)
             + ", i.e. no effect of any context.\n"
         )
+
+    if only_t3:  # conf stop_after: Table 3 was the whole budget
+        add("Only Table 3 was run with this configuration (`stop_after: t3`).\n")
+        runs_table(runs, add)
+        if missing:
+            add(f"Runs not finished when this file was written (shown as –): "
+                f"{sorted(set(missing))}.\n")  # fmt: skip
+        write_atomic(here / "RESULTS.md", "\n".join(lines))
+        return
 
     # -- Table 4 ---------------------------------------------------------------------------------
     add("## Table 4 layout: ablations of the full model (all contexts)\n")
@@ -518,6 +545,17 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
                 f"\nThe CLI's perplexity ({m.group(1)}) is the table's full-model figure "
                 f"({fmt(full, 2)}).\n"
             )
+    runs_table(runs, add)
+    if missing:
+        add(f"Runs not finished when this file was written (shown as –): {sorted(set(missing))}.\n")
+    discussion = here / "conf" / "discussion.md"
+    if discussion.is_file():
+        add(discussion.read_text().strip() + "\n")
+    write_atomic(here / "RESULTS.md", "\n".join(lines))
+
+
+def runs_table(runs: Path, add: Any) -> None:
+    """Every finished run, one row each."""
     add("## Runs\n")
     add("| run | trained parameters | best epoch | initial dev | dev PPL | test PPL | seconds |")
     add("|---|---|---|---|---|---|---|")
@@ -533,12 +571,6 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f" | {fmt(dev)} | {fmt(test)} | {x.get('seconds', 0):.0f} |"
         )
     add("")
-    if missing:
-        add(f"Runs not finished when this file was written (shown as –): {sorted(set(missing))}.\n")
-    discussion = here / "conf" / "discussion.md"
-    if discussion.is_file():
-        add(discussion.read_text().strip() + "\n")
-    write_atomic(here / "RESULTS.md", "\n".join(lines))
 
 
 def plot(
