@@ -182,12 +182,22 @@ def write_record(recipe: Path, rec: dict[str, Any]) -> None:
 
 
 def all_records(recipe: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every current-config record of the recipe, in table order (mode, then seed)."""
+    """The current-config records of the recipe's complete seeds, in table order (mode, then
+    seed). A seed is complete once every mode recorded under any seed has a record for it, so
+    that each row of the table averages the same seeds."""
     recs = [
         rec
         for path in sorted((recipe / "runs").glob("*_seed*.json"))
         if (rec := load_record(path, spec)) is not None
     ]
+    modes = {r["info"]["mode"] for r in recs}
+    have: dict[int, set[str]] = {}
+    for r in recs:
+        have.setdefault(r["info"]["seed"], set()).add(r["info"]["mode"])
+    partial = sorted(seed for seed, got in have.items() if got != modes)
+    if partial:
+        log.info("seeds %s lack some modes' records: left out of the table until complete", partial)
+    recs = [r for r in recs if r["info"]["seed"] not in partial]
     recs.sort(key=lambda r: (MODES.index(r["info"]["mode"]), r["info"]["seed"]))
     return recs
 

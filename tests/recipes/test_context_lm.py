@@ -84,8 +84,16 @@ def test_broken_record_names_file_and_line(tmp_path):
 
 
 def test_results_table_comes_from_records_alone(tmp_path):
-    """No exp/ folder: the table is rebuilt from runs/, seeds averaged, missing seeds named."""
-    for mode, seed, test in [("unadapted", 0, 100.0), ("unadapted", 1, 110.0), ("factor", 0, 90.0)]:
+    """No exp/ folder: the table is rebuilt from runs/, complete seeds averaged, the rest named;
+    a seed some mode has not run yet (2: Unadapted only) stays out of every row."""
+    runs = [
+        ("unadapted", 0, 100.0),
+        ("unadapted", 1, 110.0),
+        ("unadapted", 2, 200.0),
+        ("factor", 0, 90.0),
+        ("factor", 1, 90.0),
+    ]
+    for mode, seed, test in runs:
         ev = {"test_ppl": test, "params": 10}
         if mode == "factor":
             ev["acc_docs"] = 0.5
@@ -95,8 +103,9 @@ def test_results_table_comes_from_records_alone(tmp_path):
     drv.record_path(tmp_path, "factor", 0).write_text(json.dumps(rec))
     text = drv.write_results(tmp_path, SPEC, drv.all_records(tmp_path, SPEC), "cmd", 0.0)
     assert "| Unadapted | 105.00 ± 5.00 |" in text
-    assert "| FactorCell | 90.00 | 50.00 |" in text
+    assert "| FactorCell | 90.00 ± 0.00 | 50.00 ± 0.00 |" in text
     assert "- Seeds: 0, 1 (recipe.json lists 0, 1, 2; not yet run: 2)" in text
+    assert "200.00" not in text
     assert "## kept inspection lines" in text
     assert (tmp_path / "RESULTS.md").read_text() == text
     assert (tmp_path / "training_curves.png").exists()
