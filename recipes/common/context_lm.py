@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -51,8 +52,28 @@ LABELS = {
 log = logging.getLogger("context_lm")
 
 
-def run_one(recipe: Path, spec: dict[str, Any], mode: str, seed: int, data_dir: Path) -> dict:
+def run_dir(recipe: Path, spec: dict[str, Any], mode: str, seed: int) -> Path:
+    """The run's folder under exp/, stamped with the config hash. A folder from another
+    train_config (or one from before the stamps) is set aside, not resumed: its checkpoints,
+    done.json and eval.json belong to another model."""
     out = recipe / "exp" / f"{mode}_seed{seed}"
+    stamp = out / "config_hash"
+    want = config_hash(spec)
+    if out.exists():
+        got = stamp.read_text().strip() if stamp.exists() else "unstamped"
+        if got != want:
+            aside = out.with_name(f"{out.name}.{got}")
+            shutil.rmtree(aside, ignore_errors=True)
+            out.rename(aside)
+            log.warning("%s was made under another train_config (%s): set aside as %s",
+                        out, got, aside.name)  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(want + "\n")
+    return out
+
+
+def run_one(recipe: Path, spec: dict[str, Any], mode: str, seed: int, data_dir: Path) -> dict:
+    out = run_dir(recipe, spec, mode, seed)
     done = out / "done.json"
     if done.exists():
         return json.loads(done.read_text())

@@ -109,3 +109,24 @@ def test_results_table_comes_from_records_alone(tmp_path):
     assert "## kept inspection lines" in text
     assert (tmp_path / "RESULTS.md").read_text() == text
     assert (tmp_path / "training_curves.png").exists()
+
+
+def test_a_run_folder_from_another_config_is_set_aside_not_reused(tmp_path, caplog):
+    """A finished run (done.json, eval.json) left by another train_config must not become this
+    config's result: its folder is moved aside and a fresh one stamped."""
+    out = drv.run_dir(tmp_path, SPEC, "concat", 1)
+    (out / "done.json").write_text(json.dumps(info("concat", 1, 70.0)))
+    assert drv.run_dir(tmp_path, SPEC, "concat", 1) == out  # same config: kept
+    assert (out / "done.json").exists()
+    changed = json.loads(json.dumps(SPEC))
+    changed["train_config"]["model"]["context_activation"] = "none"
+    with caplog.at_level(logging.WARNING):
+        again = drv.run_dir(tmp_path, changed, "concat", 1)
+    assert again == out and not (out / "done.json").exists()
+    assert (out / "config_hash").read_text().strip() == drv.config_hash(changed)
+    aside = out.with_name(f"{out.name}.{drv.config_hash(SPEC)}")
+    assert (aside / "done.json").exists() and "set aside" in caplog.text
+    legacy = tmp_path / "exp" / "factor_seed0"  # a folder from before the stamps
+    (legacy / "best").mkdir(parents=True)
+    drv.run_dir(tmp_path, SPEC, "factor", 0)
+    assert (tmp_path / "exp" / "factor_seed0.unstamped" / "best").is_dir()
