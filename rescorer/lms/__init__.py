@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from rescorer.lms.contract import LanguageModel, LMSpec
@@ -32,9 +33,31 @@ LOADERS: dict[str, str | Loader] = {
 """Model kind -> loader (``"module:function"``, imported on first use, or a callable)."""
 
 
+MAX_NESTING = 4
+"""Models built of models (mixtures of mixtures, caches of mixtures, ...), at most this deep."""
+
+
 def parse_spec(spec: str) -> LMSpec:
     """Parse ``[NAME=]KIND:PATH`` with KIND one of :data:`LOADERS`."""
     return LMSpec.parse(spec, LOADERS)
+
+
+def resolve_spec(spec: str, folder: Path) -> LMSpec:
+    """Parse ``spec`` as a file names it: a relative path is relative to that file's folder."""
+    parsed = parse_spec(spec)
+    if parsed.path.is_absolute():
+        return parsed
+    return LMSpec(parsed.name, parsed.kind, folder / parsed.path)
+
+
+def load_inner(spec: str, outer: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
+    """Load a model named inside another model's file (a mixture's components, a cache's base):
+    its path resolved against the file's folder, ``options`` passed on, and nesting deeper than
+    :data:`MAX_NESTING` (a file that names itself) refused."""
+    depth = int(options.get("mix_depth", 0))
+    if depth >= MAX_NESTING:
+        raise ValueError(f"{outer.path}: models nested deeper than {MAX_NESTING} (a cycle?)")
+    return load_lm(resolve_spec(spec, outer.path.parent), **{**options, "mix_depth": depth + 1})
 
 
 def loader(kind: str) -> Loader:

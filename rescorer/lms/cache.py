@@ -35,6 +35,7 @@ context-aware base keeps its own conditioning.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -50,7 +51,7 @@ from rescorer.core.constants import EOS
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import atomic_write
-from rescorer.lms import load_lm, parse_spec
+from rescorer.lms import load_inner, parse_spec
 from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
@@ -58,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "rescorer-cache"
 VERSION = 1
-MAX_DEPTH = 4  # caches of caches (or of mixtures), at most this deep
 
 
 @dataclass(frozen=True)
@@ -109,13 +109,6 @@ class CacheSpec:
             )
         except (TypeError, ValueError) as err:
             raise InputError(str(err), path) from None
-
-    def resolved_base(self, folder: Path) -> LMSpec:
-        """The base spec with a relative path made relative to ``folder``."""
-        spec = parse_spec(self.base)
-        if not spec.path.is_absolute():
-            spec = LMSpec(spec.name, spec.kind, folder / spec.path)
-        return spec
 
 
 def check_options(lam: float, field: str, min_chars: int) -> None:
@@ -170,6 +163,8 @@ class CacheLM(TokenSumLM):
         self.min_chars = min_chars
         self.name = name
         self._log_keep = math.log1p(-self.lam)
+        # an N-best list's hypotheses share one context: its cache is counted once
+        self._cache_of = functools.lru_cache(maxsize=256)(self._build)
 
     def cache(self, context: Context | None) -> Cache:
         """The cache of one context record (empty without the field)."""
@@ -180,20 +175,22 @@ class CacheLM(TokenSumLM):
             raise ValueError(
                 f"context field {self.field!r} must be text, got {type(text).__name__}"
             )
+        return self._cache_of(text)
+
+    def _build(self, text: str) -> Cache:
         words = [w.casefold() for w in text.split() if len(w) >= self.min_chars]
         if not words:
             return EMPTY
         n = len(words)
         return Cache({w: c / n for w, c in Counter(words).items()})
 
-    def _mix(self, base_lp: np.ndarray, tokens: Sequence[str], cache: Cache) -> np.ndarray:
-        """ln((1 - lambda) p_base + lambda p_cache) per token (the base's values, no cache)."""
-        if not len(cache):
-            return np.asarray(base_lp, dtype=np.float64)
-        q = np.fromiter((cache.prob(t) for t in tokens), dtype=np.float64, count=len(tokens))
-        kept = np.asarray(base_lp, dtype=np.float64) + self._log_keep
+    def _mix(self, base_lp: np.ndarray, q: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        """ln((1 - lambda) p_base + lambda q) per token where ``cached`` (the token's cache is
+        not empty), the base's value elsewhere."""
+        base_lp = np.asarray(base_lp, dtype=np.float64)
         with np.errstate(divide="ignore"):
-            return np.logaddexp(kept, math.log(self.lam) + np.log(q))
+            mixed = np.logaddexp(base_lp + self._log_keep, math.log(self.lam) + np.log(q))
+        return np.where(cached, mixed, base_lp)
 
     def token_logprobs(
         self,
@@ -204,12 +201,16 @@ class CacheLM(TokenSumLM):
         out = []
         for i, words in enumerate(sentences):
             cache = self.cache(contexts[i]) if contexts is not None else EMPTY
+            if not len(cache):
+                out.append(np.asarray(base[i], dtype=np.float64))
+                continue
             if len(base[i]) != len(words) + 1:
                 raise ValueError(
                     f"base model {self.base.name!r} gave {len(base[i])} values for a sentence "
                     f"of {len(words)} words; a cache needs one per word and one for </s>"
                 )
-            out.append(self._mix(base[i], [*words, EOS], cache))
+            q = np.array([cache.prob(w) for w in words] + [0.0], dtype=np.float64)  # </s>: 0
+            out.append(self._mix(base[i], q, True))
         return out
 
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
@@ -222,14 +223,10 @@ class CacheLM(TokenSumLM):
         if check_advance(states, tokens):
             return np.empty(0, dtype=np.float64), []
         base_lp, nxt = self.base.advance([s[0] for s in states], tokens)
-        out = np.array(
-            [
-                self._mix(base_lp[i : i + 1], [t], s[1])[0]
-                for i, (s, t) in enumerate(zip(states, tokens, strict=True))
-            ],
-            dtype=np.float64,
-        )
-        return out, [(n, s[1]) for n, s in zip(nxt, states, strict=True)]
+        caches = [s[1] for s in states]
+        q = np.array([c.prob(t) for c, t in zip(caches, tokens, strict=True)], dtype=np.float64)
+        cached = np.array([len(c) > 0 for c in caches])
+        return self._mix(base_lp, q, cached), [(n, c) for n, c in zip(nxt, caches, strict=True)]
 
     def __repr__(self) -> str:
         return (
@@ -240,11 +237,8 @@ class CacheLM(TokenSumLM):
 
 def load_cache_lm(spec: LMSpec, options: Mapping[str, Any]) -> CacheLM:
     """The ``cache`` loader of :data:`rescorer.lms.LOADERS`: options go to the base model."""
-    depth = int(options.get("mix_depth", 0))
-    if depth >= MAX_DEPTH:
-        raise ValueError(f"{spec.path}: models nested deeper than {MAX_DEPTH} (a cycle?)")
     cs = CacheSpec.load(spec.path)
-    base = load_lm(cs.resolved_base(spec.path.parent), **{**options, "mix_depth": depth + 1})
+    base = load_inner(cs.base, spec, options)
     logger.info(
         "cache %s: base %s, lambda %g, field %r, min_chars %d",
         spec.path, base.name, cs.lam, cs.field, cs.min_chars,

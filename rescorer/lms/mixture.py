@@ -41,7 +41,7 @@ import numpy as np
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import atomic_write
-from rescorer.lms import load_lm, parse_spec
+from rescorer.lms import load_inner, parse_spec
 from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
@@ -49,7 +49,6 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "rescorer-mixture"
 VERSION = 1
-MAX_DEPTH = 4  # mixtures of mixtures, at most this deep
 
 
 def _check_weights(weights: Sequence[float], k: int) -> np.ndarray:
@@ -184,16 +183,6 @@ class MixtureSpec:
         except (TypeError, ValueError) as err:
             raise InputError(str(err), path) from None
 
-    def resolved(self, base: Path) -> list[LMSpec]:
-        """The component specs with relative paths made relative to ``base``."""
-        out = []
-        for s in self.components:
-            spec = parse_spec(s)
-            if not spec.path.is_absolute():
-                spec = LMSpec(spec.name, spec.kind, base / spec.path)
-            out.append(spec)
-        return out
-
 
 def relative_spec(spec: LMSpec, base: Path) -> str:
     """``spec`` as text with its path relative to ``base`` (for a mixture file in ``base``)."""
@@ -264,11 +253,7 @@ class MixtureLM(TokenSumLM):
 
 def load_mixture(spec: LMSpec, options: Mapping[str, Any]) -> MixtureLM:
     """The ``mix`` loader of :data:`rescorer.lms.LOADERS`: options go to every component."""
-    depth = int(options.get("mix_depth", 0))
-    if depth >= MAX_DEPTH:
-        raise ValueError(f"{spec.path}: mixtures nested deeper than {MAX_DEPTH} (a cycle?)")
     mix = MixtureSpec.load(spec.path)
-    inner = {**options, "mix_depth": depth + 1}
-    components = [load_lm(s, **inner) for s in mix.resolved(spec.path.parent)]
+    components = [load_inner(s, spec, options) for s in mix.components]
     logger.info("mixture %s: %s", spec.path, mix.weights)
     return MixtureLM(components, mix.weights, name=spec.name)
