@@ -553,6 +553,12 @@ class ContextLSTM(nn.Module):
             p for cell in self.cells for p in (cell.Z_L, cell.Z_R) if isinstance(p, nn.Parameter)
         ]
 
+    def context_bias_parameters(self) -> list[nn.Parameter]:
+        """The context's softmax-bias parameters: Q (eq. 6) and the per-value bias tables
+        (sec. 2.3); empty for an unadapted model."""
+        params = [self.Q] if isinstance(self.Q, nn.Parameter) else []
+        return params + [table.weight for table in self.one_hot_bias]
+
     # ------------------------------------------------------------------------------ model
 
     def init_state(self, batch_size: int) -> State:

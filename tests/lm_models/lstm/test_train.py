@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -367,6 +368,39 @@ def test_adaptation_tensors_get_their_own_learning_rate() -> None:
     assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(model.parameters()))
     with pytest.raises(ValueError, match="adapt_lr_scale"):
         TrainOptions(adapt_lr_scale=0.0)
+
+
+def test_context_biases_get_their_own_learning_rate() -> None:
+    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from lm_models.lstm.train import TrainOptions, parameter_groups
+
+    var = ContextVariable_topic()
+
+    def model(mode: str) -> ContextLSTM:
+        cfg = LSTMConfig(
+            vocab_size=20,
+            embed_dim=4,
+            hidden_dim=5,
+            mode=mode,
+            context_dim=3,
+            rank=2 if mode == "factor" else 0,
+            context_vars=(replace(var, one_hot_bias=True),),
+        )
+        return ContextLSTM(cfg)
+
+    factor = model("factor")
+    groups = parameter_groups(factor, TrainOptions(lr=0.01, bias_lr_scale=0.2))
+    assert [g.get("lr") for g in groups] == [None, pytest.approx(0.001), pytest.approx(0.002)]
+    names = {id(p): n for n, p in factor.named_parameters()}
+    assert sorted(names[id(p)] for p in groups[2]["params"]) == ["Q", "one_hot_bias.0.weight"]
+    assert sum(len(g["params"]) for g in groups) == len(list(factor.parameters()))
+    # at 1.0 no group of its own: the layout a saved optimizer state of an older run has
+    assert len(parameter_groups(factor, TrainOptions(lr=0.01))) == 2
+    bias = model("softmax_bias")  # no Z_L/Z_R: the rest, then the biases
+    groups = parameter_groups(bias, TrainOptions(lr=0.01, bias_lr_scale=0.2))
+    assert [g.get("lr") for g in groups] == [None, pytest.approx(0.002)]
+    with pytest.raises(ValueError, match="bias_lr_scale"):
+        TrainOptions(bias_lr_scale=1.5)
 
 
 def ContextVariable_topic():  # noqa: N802 - a small factory for the tests above
