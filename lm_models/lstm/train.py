@@ -217,9 +217,7 @@ def parameter_groups(model: ContextLSTM, opts: TrainOptions) -> list[dict[str, A
         scaled.append((model.context_bias_parameters(), opts.bias_lr_scale))
     scaled = [(params, scale) for params, scale in scaled if params]
     ids = {id(p) for params, _ in scaled for p in params}
-    groups: list[dict[str, Any]] = [
-        {"params": [p for p in model.parameters() if id(p) not in ids]}
-    ]
+    groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if id(p) not in ids]}]
     groups += [{"params": params, "lr": opts.lr * scale} for params, scale in scaled]
     return groups
 
