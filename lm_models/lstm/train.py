@@ -157,6 +157,11 @@ class TrainOptions:
     # SoftmaxBias stopped at dev 184 against Unadapted's 168 (halving the rows' deviation from
     # their mean after training: 172.5). 1.0: the same rate as the rest.
     bias_lr_scale: float = 1.0
+    # L2 penalty on the same biases (Adam's weight_decay: added to their gradient before Adam's
+    # normalisation), a prior that keeps a bias near 0 unless the data pushes it harder than
+    # this: the tiny push on a word a value's documents never use is outweighed, a word the
+    # value really favours is not. 0: none.
+    bias_weight_decay: float = 0.0
     # Stop an epoch after this many optimizer steps (None: the whole epoch); for smoke tests.
     max_steps_per_epoch: int | None = None
     # Wall-clock budget of one `rescorer train` call in seconds: no epoch starts once it is
@@ -170,6 +175,8 @@ class TrainOptions:
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+        if not self.bias_weight_decay >= 0.0:
+            raise ValueError(f"bias_weight_decay must be >= 0, got {self.bias_weight_decay!r}")
 
 
 @dataclass(frozen=True)
@@ -209,16 +216,20 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
 
 def parameter_groups(model: ContextLSTM, opts: TrainOptions) -> list[dict[str, Any]]:
     """Adam's parameter groups: everything at ``lr``, the FactorCell's Z_L/Z_R at
-    ``lr * adapt_lr_scale`` and, when ``bias_lr_scale`` is not 1, the context's softmax biases
-    at ``lr * bias_lr_scale`` (a group only where it has parameters: the layout of runs made
-    before a group existed, whose saved optimizer state a resumed run loads, is unchanged)."""
-    scaled = [(model.adaptation_parameters(), opts.adapt_lr_scale)]
-    if opts.bias_lr_scale != 1.0:
-        scaled.append((model.context_bias_parameters(), opts.bias_lr_scale))
-    scaled = [(params, scale) for params, scale in scaled if params]
+    ``lr * adapt_lr_scale`` and, when ``bias_lr_scale`` is not 1 or ``bias_weight_decay`` not
+    0, the context's softmax biases at ``lr * bias_lr_scale`` with that weight decay (a group
+    only where it has parameters: the layout of runs made before a group existed, whose saved
+    optimizer state a resumed run loads, is unchanged)."""
+    scaled: list[tuple[list[nn.Parameter], dict[str, float]]] = [
+        (model.adaptation_parameters(), {"lr": opts.lr * opts.adapt_lr_scale})
+    ]
+    if opts.bias_lr_scale != 1.0 or opts.bias_weight_decay != 0.0:
+        settings = {"lr": opts.lr * opts.bias_lr_scale, "weight_decay": opts.bias_weight_decay}
+        scaled.append((model.context_bias_parameters(), settings))
+    scaled = [(params, settings) for params, settings in scaled if params]
     ids = {id(p) for params, _ in scaled for p in params}
     groups: list[dict[str, Any]] = [{"params": [p for p in model.parameters() if id(p) not in ids]}]
-    groups += [{"params": params, "lr": opts.lr * scale} for params, scale in scaled]
+    groups += [{"params": params, **settings} for params, settings in scaled]
     return groups
 
 

@@ -401,6 +401,12 @@ def test_context_biases_get_their_own_learning_rate() -> None:
     assert [g.get("lr") for g in groups] == [None, pytest.approx(0.002)]
     with pytest.raises(ValueError, match="bias_lr_scale"):
         TrainOptions(bias_lr_scale=1.5)
+    # an L2 prior on the biases alone, at the full rate
+    groups = parameter_groups(bias, TrainOptions(lr=0.01, bias_weight_decay=1e-3))
+    assert [g.get("weight_decay") for g in groups] == [None, 1e-3]
+    assert groups[1]["lr"] == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="bias_weight_decay"):
+        TrainOptions(bias_weight_decay=-1.0)
 
 
 def ContextVariable_topic():  # noqa: N802 - a small factory for the tests above
