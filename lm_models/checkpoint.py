@@ -180,6 +180,41 @@ def write_checkpoint(
     return model_type, len(weights)
 
 
+def save_optimizer_state(opt: torch.optim.Optimizer, folder: Path) -> None:
+    """The optimizer's state in ``folder``: its tensors in ``optimizer.safetensors``, its
+    parameter groups and scalars in ``optimizer.json`` (no pickle)."""
+    sd = opt.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, Any] = {}
+    for pid, st in sd["state"].items():
+        for key, value in st.items():
+            if torch.is_tensor(value):
+                tensors[f"{pid}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{pid}.{key}"] = value
+    save_file(tensors, str(folder / "optimizer.safetensors"))
+    (folder / "optimizer.json").write_text(
+        json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}), encoding="utf-8"
+    )
+
+
+def load_optimizer_state(
+    opt: torch.optim.Optimizer, folder: Path, device: torch.device | str = "cpu"
+) -> None:
+    """Load what :func:`save_optimizer_state` wrote into ``opt`` (built over the same
+    parameters, in the same order)."""
+    meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
+    tensors = load_file(str(folder / "optimizer.safetensors"), device=str(device))
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    for key, value in meta["scalars"].items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
 def sync_files(folder: Path) -> None:
     """Flush the files of ``folder`` to the disk (before the folder is swapped in)."""
     for f in folder.iterdir():

@@ -198,6 +198,11 @@ class BestKeeper:
         self._state = copy.deepcopy(model.state_dict()) if keep_weights else None
 
     @property
+    def best_state(self) -> Mapping[str, torch.Tensor] | None:
+        """The copy of the best weights (None without ``keep_weights``)."""
+        return self._state
+
+    @property
     def stopped(self) -> bool:
         """True once ``patience`` epochs in a row did not improve."""
         return self.patience is not None and self.bad_epochs >= self.patience

@@ -53,7 +53,8 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -68,6 +69,15 @@ from lm_models.cue.model import (
     render_context,
     unigram_distributions,
 )
+from lm_models.cue.resume import (
+    Generators,
+    Resumed,
+    has_stage,
+    load_stage,
+    save_stage,
+    signature,
+    trained_names,
+)
 from lm_models.distributed import (
     ONE_PROCESS,
     World,
@@ -79,7 +89,7 @@ from lm_models.distributed import (
     seed_process,
     share,
 )
-from lm_models.training import FitOptions, Step, fit
+from lm_models.training import BestKeeper, EpochRecord, FitOptions, Step, fit
 from lm_models.vocab import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -110,8 +120,13 @@ class CUETrainOptions:
     max_steps: int | None = None
     # "cpu", "cuda" ...
     device: str = "cpu"
+    # Wall-clock budget of one call in seconds: no epoch starts once it is spent (None: no
+    # budget). With a ``resume`` folder a later call goes on where this one stopped.
+    max_seconds: float | None = None
 
     def __post_init__(self) -> None:
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ValueError(f"max_seconds must be > 0 or None, got {self.max_seconds}")
         if self.epochs < 1 or self.max_tokens < 1:
             raise ValueError(
                 f"epochs and max_tokens must be >= 1, got {self.epochs}, {self.max_tokens}"
@@ -470,10 +485,14 @@ def _fit(
     what: str,
     world: World,
     vectors: bool = True,
+    resume: Path | None = None,
 ) -> StageResult:
     """The loop of every stage: ``loss_of(data, batch, generator)`` gives the summed loss of
     the sentences ``batch`` of ``data`` and its count (tokens; sentences for the
     auto-encoder); the best dev epoch is kept.
+
+    With a ``resume`` folder the stage saves its state after every epoch and, called again,
+    goes on from the last epoch saved (:mod:`lm_models.cue.resume`; one process only).
 
     ``train`` is this process's share under torchrun (in memory, or its parts: read each epoch
     one at a time, in an order drawn anew from this process's generator, ``vectors`` saying
@@ -497,7 +516,36 @@ def _fit(
     if opts.max_steps is not None:
         steps_per_epoch = min(steps_per_epoch, opts.max_steps)
     schedule = one_cycle(optimizer, opts.lr, steps_per_epoch * opts.epochs)
-    initial = dev()
+    if resume is not None and world.parallel:
+        raise ValueError(f"resume ({resume}) is for a stage in one process, not under torchrun")
+    names = trained_names(model, params) if resume is not None else []
+    sig = signature(what, asdict(opts), names, model)
+    gens = Generators(gen, order, next(model.parameters()).device)
+    earlier: Resumed | None = None
+    if resume is not None and has_stage(resume):
+        earlier, best = load_stage(resume, sig, model, names, optimizer, schedule, gens)
+        logger.info("%s: resuming from %s after epoch %d", what, resume, earlier.epoch)
+    initial = dev() if earlier is None else earlier.initial_dev
+    keeper = BestKeeper(model, None, 1.0, initial)
+    if earlier is not None:
+        keeper = _resumed_keeper(model, names, best, earlier)
+    records: list[EpochRecord] = list(earlier.records) if earlier is not None else []
+    seconds_before = earlier.seconds if earlier is not None else 0.0
+
+    def save(record: EpochRecord, kept: BestKeeper) -> None:
+        records.append(record)
+        if resume is None:
+            return
+        now = Resumed(
+            record.epoch,
+            initial,
+            kept.best_ppl,
+            kept.best_epoch,
+            kept.bad_epochs,
+            tuple(records),
+            seconds_before + time.perf_counter() - t_start,
+        )
+        save_stage(resume, sig, model, names, kept.best_state, optimizer, schedule, gens, now)
 
     def epoch_batches(epoch: int) -> Iterable[tuple[Part, list[int]]]:
         if isinstance(train, CUEData):
@@ -520,6 +568,7 @@ def _fit(
         grad_clip=opts.clip,
         progress=False,
         name=what,
+        max_seconds=opts.max_seconds,
     )
     fitted = fit(
         model,
@@ -531,6 +580,9 @@ def _fit(
         scheduler=schedule,
         train_mode=set_mode,
         initial_dev_ppl=initial,
+        start_epoch=1 if earlier is None else earlier.epoch + 1,
+        keeper=keeper,
+        on_epoch_end=save,
     )
     for p in model.parameters():
         p.requires_grad_(False)
@@ -540,11 +592,34 @@ def _fit(
         initial,
         tuple(
             EpochLog(e.epoch, e.train_loss, e.dev_ppl, e.seconds + e.dev_seconds, e.steps)
-            for e in fitted.epochs
+            for e in records
         ),
         sum(p.numel() for p in params),
-        time.perf_counter() - t_start,
+        seconds_before + time.perf_counter() - t_start,
     )
+
+
+def _resumed_keeper(
+    model: nn.Module, names: Sequence[str], best: Mapping[str, Tensor], earlier: Resumed
+) -> BestKeeper:
+    """The early-stopping keeper of a resumed stage, holding the best epoch's weights (the
+    model keeps its last epoch's)."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        last = {n: params[n].detach().clone() for n in names}
+        for n in names:
+            params[n].copy_(best[n])
+        keeper = BestKeeper(
+            model,
+            None,
+            1.0,
+            earlier.best_dev,
+            best_epoch=earlier.best_epoch,
+            bad_epochs=earlier.bad_epochs,
+        )
+        for n in names:
+            params[n].copy_(last[n])
+    return keeper
 
 
 @torch.no_grad()
@@ -567,7 +642,11 @@ def sentence_lm_perplexity(
 
 
 def train_sentence_lm(
-    model: SentenceLM, train: CUEData | CUEParts, dev: CUEData, opts: CUETrainOptions
+    model: SentenceLM,
+    train: CUEData | CUEParts,
+    dev: CUEData,
+    opts: CUETrainOptions,
+    resume: Path | None = None,
 ) -> StageResult:
     """Section 3.2: fit the sentence encoder as a plain LM (contexts in the data are ignored;
     parts are read without their string vectors).
@@ -597,6 +676,7 @@ def train_sentence_lm(
         "sentence LM",
         world,
         vectors=False,
+        resume=resume,
     )
 
 
@@ -623,7 +703,11 @@ def proxy_kl(
 
 
 def train_proxy_autoencoder(
-    model: CUEModel, train: CUEData | CUEParts, dev: CUEData, opts: CUETrainOptions
+    model: CUEModel,
+    train: CUEData | CUEParts,
+    dev: CUEData,
+    opts: CUETrainOptions,
+    resume: Path | None = None,
 ) -> StageResult:
     """Section 4.2.1: fit the unigram auto-encoder by KL reconstruction (only it learns; parts
     are read without their string vectors). Under torchrun as :func:`train_sentence_lm`."""
@@ -655,6 +739,7 @@ def train_proxy_autoencoder(
         "proxy AE",
         world,
         vectors=False,
+        resume=resume,
     )
 
 
@@ -702,7 +787,12 @@ def cue_perplexity(
 
 
 def train_cue(
-    model: CUEModel, train: CUEData | CUEParts, dev: CUEData, mode: str, opts: CUETrainOptions
+    model: CUEModel,
+    train: CUEData | CUEParts,
+    dev: CUEData,
+    mode: str,
+    opts: CUETrainOptions,
+    resume: Path | None = None,
 ) -> StageResult:
     """Train the parts ``mode`` names (module docstring); the best dev epoch is kept.
 
@@ -742,4 +832,5 @@ def train_cue(
         f"CUE {mode}",
         world,
         vectors=source == "context",
+        resume=resume,
     )

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from lm_models.asr_tokens import ASR_TOKENS_FILE, checkpoint_asr_tokens
@@ -37,7 +36,9 @@ from lm_models.batching import Batch, Example, bucket_batches, bucket_parts, col
 from lm_models.checkpoint import (
     TOKENIZER_FILE,
     load_checkpoint,
+    load_optimizer_state,
     save_checkpoint,
+    save_optimizer_state,
     sync_files,
     write_checkpoint,
 )
@@ -314,38 +315,6 @@ def evaluate(
     return total, int(n)
 
 
-# -- state saving ---------------------------------------------------------------------------
-
-
-def _save_optimizer(opt: torch.optim.Optimizer, folder: Path) -> None:
-    sd = opt.state_dict()
-    tensors: dict[str, torch.Tensor] = {}
-    scalars: dict[str, Any] = {}
-    for pid, st in sd["state"].items():
-        for key, value in st.items():
-            if torch.is_tensor(value):
-                tensors[f"{pid}.{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars[f"{pid}.{key}"] = value
-    save_file(tensors, str(folder / "optimizer.safetensors"))
-    (folder / "optimizer.json").write_text(
-        json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}), encoding="utf-8"
-    )
-
-
-def _load_optimizer(opt: torch.optim.Optimizer, folder: Path, device: torch.device) -> None:
-    meta = json.loads((folder / "optimizer.json").read_text(encoding="utf-8"))
-    tensors = load_file(str(folder / "optimizer.safetensors"), device=str(device))
-    state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        pid, name = key.split(".", 1)
-        state.setdefault(int(pid), {})[name] = value
-    for key, value in meta["scalars"].items():
-        pid, name = key.split(".", 1)
-        state.setdefault(int(pid), {})[name] = value
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-
-
 # -- the loop -------------------------------------------------------------------------------
 
 
@@ -421,7 +390,7 @@ def train(
         try:
             prev_model, _, _ = load_checkpoint(last, device=device)
             model.load_state_dict(prev_model.state_dict(), strict=True)
-            _load_optimizer(optimizer, last, device)
+            load_optimizer_state(optimizer, last, device)
             state = json.loads((last / "trainer.json").read_text(encoding="utf-8"))
             logger.info("resuming from %s after epoch %d", last, state["epoch"])
         except (ValueError, KeyError, OSError) as err:  # a damaged last/ (kill, full disk)
@@ -582,7 +551,7 @@ def _save_last(
     the previous ``last/`` or the new one (:func:`rescorer.core.output.atomic_dir`)."""
     with atomic_dir(last) as folder:
         write_checkpoint(folder, model, vocab_tokens, meta, extra_files)
-        _save_optimizer(optimizer, folder)
+        save_optimizer_state(optimizer, folder)
         (folder / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
         sync_files(folder)
 

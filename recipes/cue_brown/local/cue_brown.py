@@ -39,6 +39,7 @@ import math
 import os
 import random
 import re
+import shutil
 import sys
 import time
 from collections import Counter
@@ -67,6 +68,9 @@ from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.vocab import Vocabulary
 
 logger = logging.getLogger("cue_brown")
+
+# Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
+STAGE = "stage"
 _CONTENTS_RE = re.compile(r"^([A-R])(\d\d)\.\s+(.*\S)\s*$")
 
 
@@ -341,7 +345,7 @@ def pretrain(conf: dict, exp: Path) -> None:
         logger.info(
             "pretraining the %s sentence encoder (%d parameters)", kind, model.num_parameters()
         )
-        result = train_sentence_lm(model, train, dev, opts)
+        result = train_sentence_lm(model, train, dev, opts, resume=out / STAGE / "1")
         from lm_models.checkpoint import save_checkpoint
 
         save_checkpoint(out / "model", model, vocab.tokens, {"stage": "sentence", "kind": kind})
@@ -359,11 +363,12 @@ def pretrain(conf: dict, exp: Path) -> None:
                 "train_tokens": train.tokens,
             },
         )
+        shutil.rmtree(out / STAGE, ignore_errors=True)
     out = exp / "runs" / "proxy_ae"
     if conf.get("stop_after") != "t3" and not (out / "result.json").exists():
         model = new_cue_model(conf, vocab, "transformer", exp, "both", "minilm")
         popts = stage_options(conf, "train_proxy")
-        result = train_proxy_autoencoder(model, train, dev, popts)
+        result = train_proxy_autoencoder(model, train, dev, popts, resume=out / STAGE / "1")
         assert model.proxy is not None
         from safetensors.torch import save_file
 
@@ -383,6 +388,7 @@ def pretrain(conf: dict, exp: Path) -> None:
                 "seconds": result.seconds,
             },
         )
+        shutil.rmtree(out / STAGE, ignore_errors=True)
 
 
 def new_cue_model(
@@ -439,6 +445,9 @@ class Runner:
     def __init__(self, setup: Setup) -> None:
         self.s = setup
         self.models: dict[str, CUEModel] = {}
+        # The run under way and how many training stages it has begun (next_stage).
+        self._run: Path | None = None
+        self._stages = 0
 
     @property
     def runs(self) -> Path:
@@ -468,12 +477,22 @@ class Runner:
             self.models[name] = load_cue(self.runs / name / "model").model
         return self.models[name]
 
+    def next_stage(self) -> Path:
+        """The folder where the run's next training stage saves its state after each epoch
+        (runs/NAME/stage/K for its K-th stage): a run killed mid-training goes on from its last
+        epoch when the recipe is started again; the folder goes once the run is done."""
+        if self._run is None:
+            raise ValueError("a training stage outside a run")
+        self._stages += 1
+        return self._run / STAGE / str(self._stages)
+
     def run(self, name: str, fn: Any, keep: bool = False) -> dict:
         """Run ``fn() -> (model, info)`` unless runs/NAME/result.json exists."""
         out = self.runs / name
         if (out / "result.json").exists():
             return json.loads((out / "result.json").read_text())
         logger.info("run %s", name)
+        self._run, self._stages = out, 0
         t0 = time.perf_counter()
         model, info = fn()
         info["seconds"] = time.perf_counter() - t0
@@ -483,6 +502,7 @@ class Runner:
             lm.save(out / "model", {"run": name, **info})
             self.models[name] = model
         write_json(out / "result.json", info)
+        shutil.rmtree(out / STAGE, ignore_errors=True)  # the stage's resumable state, now done
         logger.info("run %s: %s", name, {k: v for k, v in info.items() if "ppl" in k})
         return info
 
@@ -497,7 +517,7 @@ class Runner:
     ) -> Any:
         """``train_cue`` in ``mode`` on the training sample read with context set ``set_name``
         (the best dev epoch kept), the recipe's train_cue options with ``seed`` (default: the
-        recipe's) and ``options``."""
+        recipe's) and ``options``; resumable (:meth:`next_stage`)."""
         seeded = {} if seed is None else {"seed": seed}
         return train_cue(
             model,
@@ -505,6 +525,7 @@ class Runner:
             self.s.data("dev", set_name, spec),
             mode,
             self.s.options("train_cue", **seeded, **options),
+            resume=self.next_stage(),
         )
 
     # one training stage + evaluation
@@ -554,6 +575,7 @@ class Runner:
                 self.s.data("dev", set_name),
                 mode,
                 self.s.options("train_adapt"),
+                resume=self.next_stage(),
             )
             info = {**self.evaluate(model, set_name), **_stage(result)}
             info["before"] = before

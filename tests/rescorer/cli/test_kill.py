@@ -359,8 +359,7 @@ def check_checkpoint(folder: Path, pair: list) -> int:  # type: ignore[type-arg]
     """The checkpoint at ``folder`` loads and is one save's whole set; returns that save's i."""
     import torch
 
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.lstm.train import _load_optimizer
+    from lm_models.checkpoint import load_checkpoint, load_optimizer_state
 
     model, vocab, meta = load_checkpoint(folder)
     assert meta is not None
@@ -374,7 +373,7 @@ def check_checkpoint(folder: Path, pair: list) -> int:  # type: ignore[type-arg]
     if folder.name == "last":
         assert json.loads((folder / "trainer.json").read_text()) == {"i": i}
         _, optimizer = ckpt_model(0)
-        _load_optimizer(optimizer, folder, torch.device("cpu"))
+        load_optimizer_state(optimizer, folder, torch.device("cpu"))
         got = [s["exp_avg"] for s in optimizer.state_dict()["state"].values()]
         want = [s["exp_avg"] for s in ref_optimizer.state_dict()["state"].values()]
         for a, b in zip(got, want, strict=True):
