@@ -8,6 +8,8 @@ A document is an id, a tuple of tokenised sentences and a mapping of context fie
 :func:`read_brown`  Brown corpus folder (``cats.txt`` + 500 ``word/tag`` files), field ``genre``
 :func:`read_agnews` AG News CSV (class 1-4, title, description), field ``topic``
 :func:`read_dbpedia` DBpedia subset CSV (0-based class, text), field ``class``
+:func:`read_state_union` State of the Union addresses (``<year>-<president>.txt``), fields
+                    ``year`` and ``president``
 :func:`read_plain`  whitespace-tokenised text, one sentence per line (documents: lines,
                     blank-line separated blocks, or the file)
 :func:`read_jsonl`  ``{"id": ..., "text": ..., "fields": {...}}`` per line
@@ -533,6 +535,73 @@ def read_dbpedia(
         sents = [_truncate(s, max_len) for s in _text_sentences([text], splitter, tok)]
         docs.append(Document(f"{csv_path.stem}-{lineno}", sents, {"class": classes[cls]}))  # type: ignore[arg-type]
     logger.info("read %d DBpedia documents from %s", len(docs), csv_path)
+    return docs
+
+
+# --- State of the Union ------------------------------------------------------------------------
+
+# <year>-<president>[-<n>].txt: n numbers the addresses of one year (1965-Johnson-1).
+_SOTU_NAME_RE = re.compile(r"(\d{4})-([A-Za-z]+)(?:-\d+)?")
+# The date line under the title ("January 31, 1990", trailing blanks allowed).
+_SOTU_DATE_RE = re.compile(r"[A-Z][a-z]+ \d{1,2}, \d{4}\s*")
+
+
+# Titles before a name, whose period does not end a sentence ("Mr. Speaker").
+_TITLES = frozenset({"mr.", "mrs.", "ms.", "dr.", "st.", "jr.", "sr.", "gen.", "sen.", "gov."})
+
+
+def _join_titles(pieces: list[str]) -> list[str]:
+    """:func:`split_sentences`'s pieces with a piece that ends in a title (``Mr.``) joined to
+    the next."""
+    out: list[str] = []
+    for piece in pieces:
+        if out and out[-1].rsplit(None, 1)[-1].lower() in _TITLES:
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+def read_state_union(folder: str | Path, lower: bool = True) -> list[Document]:
+    """State of the Union addresses (NLTK's ``state_union``): one Document per
+    ``<year>-<president>[-<n>].txt`` file, in year order, ``doc_id`` the file stem.
+
+    Fields ``year`` (``"1990"``) and ``president`` (``"Bush"``, as the file names it). The first
+    non-blank line (the title) and a date line right under it are dropped; every other line is
+    split into sentences (:func:`split_sentences`, not after a title such as ``Mr.``) and
+    tokenised (:func:`tokenize`: most
+    punctuation removed, lower-cased when ``lower``). Files are UTF-8 or, failing that, Latin-1
+    (six of the 65 addresses are).
+    """
+    folder = Path(folder)
+    files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    if not files:
+        raise InputError("no State of the Union addresses (<year>-<president>.txt)", folder)
+    docs = []
+    for path in files:
+        m = _SOTU_NAME_RE.fullmatch(path.stem)
+        if m is None:
+            raise InputError(
+                f"expected a file named <year>-<president>[-<n>].txt, got {path.name!r}", path
+            )
+        raw = path.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("latin-1")
+        lines = [line for line in text.splitlines() if line.strip()][1:]  # the title goes
+        if lines and _SOTU_DATE_RE.fullmatch(lines[0].strip() + " "):
+            lines = lines[1:]
+        sentences = [
+            words
+            for line in lines
+            for piece in _join_titles(split_sentences(line))
+            if (words := tokenize(piece, lower=lower))
+        ]
+        if not sentences:
+            raise InputError("an address without text", path)
+        fields = {"year": m.group(1), "president": m.group(2)}
+        docs.append(Document(path.stem, sentences, fields))  # type: ignore[arg-type]
     return docs
 
 

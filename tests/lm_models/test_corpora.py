@@ -29,6 +29,7 @@ from lm_models.corpora import (
     read_dbpedia,
     read_jsonl,
     read_plain,
+    read_state_union,
     split_documents,
     split_sentences,
     tokenize,
@@ -776,3 +777,37 @@ def test_property_plain_and_jsonl(lines: list[str], raw: str | bytes) -> None:
         _run_reader(lambda: read_jsonl(root / "raw.txt"), root)
         _run_reader(lambda: read_plain(root / "raw.txt"), root)
         _run_reader(lambda: read_plain(root / "raw.txt", per="file", lower=True), root)
+
+
+# -- State of the Union ---------------------------------------------------------------------------
+
+
+def test_read_state_union(tmp_path: Path) -> None:
+    (tmp_path / "1990-Bush.txt").write_text(
+        "PRESIDENT BUSH'S ADDRESS ON THE STATE OF THE UNION \n \nJanuary 31, 1990 \n\n"
+        "Mr. President, Mr. Speaker, Members of Congress: \n"
+        "I return as a former President. And now -- tonight -- I report.\n",
+        encoding="utf-8",
+    )
+    # Latin-1 bytes (six of the real addresses): 0xBD is the one-half sign.
+    (tmp_path / "1965-Johnson-1.txt").write_bytes(
+        b"ANNUAL MESSAGE\nWe spent 2\xbd billion. Dr. King spoke.\n"
+    )
+    (tmp_path / "README").write_text("not an address\n")
+    docs = read_state_union(tmp_path)
+    assert [d.doc_id for d in docs] == ["1965-Johnson-1", "1990-Bush"]
+    assert dict(docs[0].fields) == {"year": "1965", "president": "Johnson"}
+    assert docs[0].sentences == (("we", "spent", "21", "2", "billion"), ("dr", "king", "spoke"))
+    assert docs[1].sentences == (
+        ("mr", "president", "mr", "speaker", "members", "of", "congress"),
+        ("i", "return", "as", "a", "former", "president"),
+        ("and", "now", "tonight", "i", "report"),
+    )
+
+
+def test_read_state_union_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no State of the Union addresses"):
+        read_state_union(tmp_path)
+    (tmp_path / "Bush-1990.txt").write_text("TITLE\nText.\n")
+    with pytest.raises(InputError, match=r"Bush-1990.txt.*<year>-<president>"):
+        read_state_union(tmp_path)

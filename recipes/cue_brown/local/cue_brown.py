@@ -26,7 +26,16 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
 - ``sentence_kinds``: the sentence encoders pretrained (default both ``transformer`` and
   ``lstm``; the LSTM serves only Table 6 and its own sentence-only row).
 - ``stop_after``: ``"t3"`` ends the experiments after Table 3 (and pretraining skips the proxy
-  auto-encoder): the context sets alone, for a budget that cannot hold every table.
+  auto-encoder): the context sets alone, for a budget that cannot hold every table; ``"t5"``
+  runs Table 3, then Table 5's rows without the proxy (A = metadata adapted to B = previous
+  sentence, and to A+B), and stops.
+- ``data.adapt_corpus``: ``"brown"`` (default: the adaptation sample is drawn from the Brown
+  training sentences) or ``"state_union"``: the adaptation stages train on State of the Union
+  addresses (``corpora/state_union``, a separate corpus, as issue 17 asks), their early
+  stopping on later addresses (``adapt_dev``), and the Table 5 models are scored on the latest
+  addresses (``adapt_test``) besides the Brown test set. The addresses are taken in year
+  order: the last ``adapt_test_addresses`` for test, the ``adapt_dev_addresses`` before them
+  for dev, the rest for adaptation (capped at ``adapt_sentences`` when that is not 0).
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from typing import Any
 
 import torch
 
-from lm_models.corpora import read_brown, split_documents
+from lm_models.corpora import read_brown, read_state_union, split_documents
 from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
 from lm_models.cue.train import (
     CUEData,
@@ -133,7 +142,8 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
     n_train = len(rows["train"])
     order = rng.sample(range(n_train), n_train)  # the CUE sample first, then the adaptation one
     n_cue = min(dc["cue_train_sentences"], n_train)
-    n_adapt = min(dc.get("adapt_sentences", 0), n_train - n_cue)
+    corpus = dc.get("adapt_corpus", "brown")
+    n_adapt = min(dc.get("adapt_sentences", 0), n_train - n_cue) if corpus == "brown" else 0
     samples = {
         "train_all": rows["train"],
         "train": [rows["train"][i] for i in order[:n_cue]],
@@ -141,6 +151,10 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
         "dev": rng.sample(rows["dev"], min(dc["dev_sentences"], len(rows["dev"]))),
         "test": rng.sample(rows["test"], min(dc["test_sentences"], len(rows["test"]))),
     }
+    if corpus == "state_union":
+        samples.update(state_union_rows(dc, data_dir))
+    elif corpus != "brown":
+        raise ValueError(f"data.adapt_corpus must be 'brown' or 'state_union', got {corpus!r}")
     stats = {}
     for name, part in samples.items():
         write_json(exp / "data" / f"{name}.json", part)
@@ -162,8 +176,49 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
     logger.info("data: %s", stats)
 
 
+def state_union_rows(dc: dict, data_dir: Path) -> dict[str, list[dict]]:
+    """The adaptation corpus ``state_union``: rows of the ``adapt``, ``adapt_dev`` and
+    ``adapt_test`` addresses (module docstring), each sentence with its address's fields."""
+    docs = read_state_union(data_dir / "corpora" / "state_union")
+    n_test, n_dev = dc.get("adapt_test_addresses", 8), dc.get("adapt_dev_addresses", 5)
+    if n_test < 1 or n_dev < 1 or n_test + n_dev >= len(docs):
+        raise ValueError(
+            f"adapt_test_addresses ({n_test}) and adapt_dev_addresses ({n_dev}) must be >= 1 "
+            f"and leave addresses for adaptation (there are {len(docs)})"
+        )
+    parts = {
+        "adapt": docs[: len(docs) - n_test - n_dev],
+        "adapt_dev": docs[len(docs) - n_test - n_dev : len(docs) - n_test],
+        "adapt_test": docs[len(docs) - n_test :],
+    }
+    out: dict[str, list[dict]] = {}
+    for name, part in parts.items():
+        out[name] = []
+        for doc in part:
+            prev = None
+            for sent in doc.sentences:
+                year, president = doc.fields["year"], doc.fields["president"]
+                fields = {
+                    "genre": "state of the union address",
+                    "source": f"State of the Union address by President {president}, {year}",
+                    "document": doc.doc_id.lower(),
+                    "prev": " ".join(prev) if prev else "",
+                }
+                out[name].append({"doc": doc.doc_id, "words": list(sent), "fields": fields})
+                prev = sent
+    cap = dc.get("adapt_sentences", 0)
+    if cap:
+        out["adapt"] = out["adapt"][:cap]
+    return out
+
+
 def load_rows(exp: Path, name: str) -> list[dict]:
-    return json.loads((exp / "data" / f"{name}.json").read_text(encoding="utf-8"))
+    """The rows of sample ``name`` (none when the sample was not written: ``adapt_dev`` and
+    ``adapt_test`` exist only with ``data.adapt_corpus: "state_union"``)."""
+    path = exp / "data" / f"{name}.json"
+    if name.startswith("adapt_") and not path.exists():
+        return []
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 # -- stage: embed -------------------------------------------------------------------------------
@@ -186,7 +241,7 @@ def embed(conf: dict, exp: Path, embedder_spec: str) -> None:
     before = len(cache)
     pairs = field_pairs(conf, "both")
     t0 = time.perf_counter()
-    for name in ("train", "dev", "test"):
+    for name in ("train", "dev", "test", "adapt", "adapt_dev", "adapt_test"):
         cache.add(s for r in load_rows(exp, name) for s in render_context(r["fields"], pairs))
     if len(cache) > before:
         cache.save(exp / "vectors" / embedder_spec.replace(":", "_"))
@@ -219,10 +274,12 @@ class Setup:
             "dev": conf["data"].get("eval_dev_sentences"),
             "test": conf["data"].get("eval_test_sentences"),
         }
-        splits = ("train", "adapt", "dev", "test")
+        splits = ("train", "adapt", "dev", "test", "adapt_dev", "adapt_test")
         self.rows = {n: load_rows(exp, n)[: limits.get(n)] for n in splits}
         if not self.rows["adapt"]:  # adapt_sentences 0: the CUE training sample
             self.rows["adapt"] = self.rows["train"]
+        # A separate adaptation corpus (data.adapt_corpus) with its own dev and test sets.
+        self.adapt_splits = ("adapt_dev", "adapt_test") if self.rows["adapt_test"] else ()
         # Words + one </s> per sentence: the denominator of a per-word perplexity.
         self.words = {n: sum(len(r["words"]) + 1 for r in rows) for n, rows in self.rows.items()}
         self.caches: dict[str, VectorCache] = {}
@@ -365,7 +422,7 @@ def pretrain(conf: dict, exp: Path) -> None:
         )
         shutil.rmtree(out / STAGE, ignore_errors=True)
     out = exp / "runs" / "proxy_ae"
-    if conf.get("stop_after") != "t3" and not (out / "result.json").exists():
+    if conf.get("stop_after") not in ("t3", "t5") and not (out / "result.json").exists():
         model = new_cue_model(conf, vocab, "transformer", exp, "both", "minilm")
         popts = stage_options(conf, "train_proxy")
         result = train_proxy_autoencoder(model, train, dev, popts, resume=out / STAGE / "1")
@@ -460,10 +517,13 @@ class Runner:
         source: str = "context",
         sigma: float = 0.0,
         spec: str | None = None,
+        splits: tuple[str, ...] = ("dev", "test"),
     ) -> dict:
+        """Per-word (and per-unit) perplexity of ``model`` on ``splits``, read with context set
+        ``set_name``: ``{split}_ppl`` and ``{split}_ppl_units``."""
         spec = spec or model.config.embedder
         out = {}
-        for split in ("dev", "test"):
+        for split in splits:
             data = self.s.data(split, set_name, spec)
             ppl = cue_perplexity(model, data, source, sigma, seed=1)
             out[f"{split}_ppl"] = self.s.per_word(ppl, split, data)
@@ -566,18 +626,23 @@ class Runner:
         base_fields: str | None = None,
         keep: bool = False,
     ) -> dict:
+        # With a separate adaptation corpus: early stopping on its dev set, and its test set
+        # scored beside Brown's.
+        splits = ("dev", "test", *self.s.adapt_splits)
+        dev = "adapt_dev" if self.s.adapt_splits else "dev"
+
         def fn() -> tuple[CUEModel, dict]:
             model = with_fields(self.load(base), self.s.conf, set_name)
-            before = self.evaluate(model, set_name)
+            before = self.evaluate(model, set_name, splits=splits)
             result = train_cue(
                 model,
                 self.s.data("adapt", set_name),
-                self.s.data("dev", set_name),
+                self.s.data(dev, set_name),
                 mode,
                 self.s.options("train_adapt"),
                 resume=self.next_stage(),
             )
-            info = {**self.evaluate(model, set_name), **_stage(result)}
+            info = {**self.evaluate(model, set_name, splits=splits), **_stage(result)}
             info["before"] = before
             return model, info
 
@@ -604,7 +669,11 @@ def experiments(conf: dict, exp: Path) -> None:
     # previous sentence first: the comparison a short budget must reach).
     for set_name in ("none", "prev", "meta", "both"):
         r.joint(f"t3_{set_name}", set_name, keep=set_name in ("meta", "both"))
-    if conf.get("stop_after") == "t3":
+    stop_after = conf.get("stop_after")
+    if stop_after == "t3":
+        return
+    if stop_after == "t5":
+        table5_ab(r)
         return
     # Table 4: ablations of the full model.
     r.joint("t4_no_context_transformer", "both", context_transformer=False)
@@ -636,13 +705,7 @@ def experiments(conf: dict, exp: Path) -> None:
               lambda a=t3, b=lstm, s=seed: _swap(r, a, b, s))  # fmt: skip
         r.run(f"t6_lstm_frozen_ce_from_transformer_seed{seed}",
               lambda a=lstm, b=t3, s=seed: _swap(r, a, b, s))  # fmt: skip
-    # Table 5: A = metadata, B = previous sentence.
-    for target in ("prev", "both"):
-        r.run(
-            f"t5_noadapt_meta_to_{target}",
-            lambda t=target: _eval_only(r, with_fields(r.load("t3_meta"), conf, t), t),
-        )
-        r.adapt(f"t5_adapt_meta_to_{target}", "t3_meta", target)
+    table5_ab(r)
     # Figure 4: proxy noise sweep; proxy-trained decoder, then adaptation to A+B.
     best_sigma, best_dev = None, float("inf")
     for sigma in conf["proxy_sigmas"]:
@@ -681,6 +744,22 @@ def experiments(conf: dict, exp: Path) -> None:
             r.adapt(f"f4_adapt_s{sigma:g}_to_both_seed{seed}", name, "both")
 
 
+def table5_ab(r: Runner) -> None:
+    """Table 5's rows without the proxy: A = metadata (t3_meta) not adapted and adapted to
+    B = previous sentence and to A+B; with a separate adaptation corpus, the jointly trained
+    A and A+B models scored on it too (the references of its columns)."""
+    conf = r.s.conf
+    for target in ("prev", "both"):
+        r.run(
+            f"t5_noadapt_meta_to_{target}",
+            lambda t=target: _eval_only(r, with_fields(r.load("t3_meta"), conf, t), t),
+        )
+        r.adapt(f"t5_adapt_meta_to_{target}", "t3_meta", target)
+    if r.s.adapt_splits:
+        for name, set_name in (("t3_meta", "meta"), ("t3_both", "both")):
+            r.run(f"t5_{name}_scored", lambda n=name, s=set_name: _eval_only(r, r.load(n), s))
+
+
 def _proxy(r: Runner, sigma: float, seed: int | None = None) -> tuple[CUEModel, dict]:
     """A decoder trained with proxy contexts of noise ``sigma`` (Figure 4, Table 5 rows 2, 4
     and 8); ``seed`` as in :meth:`Runner.joint`."""
@@ -705,7 +784,8 @@ def _sentence_only(r: Runner, kind: str) -> tuple[CUEModel, dict]:
 
 
 def _eval_only(r: Runner, model: CUEModel, set_name: str) -> tuple[CUEModel, dict]:
-    return model, r.evaluate(model, set_name)
+    """Scores of a trained model, on the adaptation corpus's dev and test sets too."""
+    return model, r.evaluate(model, set_name, splits=("dev", "test", *r.s.adapt_splits))
 
 
 def _swap(
