@@ -746,8 +746,9 @@ def experiments(conf: dict, exp: Path) -> None:
 
 def table5_ab(r: Runner) -> None:
     """Table 5's rows without the proxy: A = metadata (t3_meta) not adapted and adapted to
-    B = previous sentence and to A+B; with a separate adaptation corpus, the jointly trained
-    A and A+B models scored on it too (the references of its columns)."""
+    B = previous sentence and to A+B, and adapted to A itself (a control); with a separate
+    adaptation corpus, the jointly trained A and A+B models scored on it too (the references
+    of its columns)."""
     conf = r.s.conf
     for target in ("prev", "both"):
         r.run(
@@ -755,6 +756,9 @@ def table5_ab(r: Runner) -> None:
             lambda t=target: _eval_only(r, with_fields(r.load("t3_meta"), conf, t), t),
         )
         r.adapt(f"t5_adapt_meta_to_{target}", "t3_meta", target)
+    # Control (not a row of the paper): the same adaptation with no new context type, A to A;
+    # what it gains is the adaptation data's, not context B's.
+    r.adapt("t5_adapt_meta_to_meta", "t3_meta", "meta")
     if r.s.adapt_splits:
         for name, set_name in (("t3_meta", "meta"), ("t3_both", "both")):
             r.run(f"t5_{name}_scored", lambda n=name, s=set_name: _eval_only(r, r.load(n), s))
