@@ -13,7 +13,7 @@
 #   bash recipes/brown_attributes/run.sh [--stage N] [--stop-stage N]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
-# SEEDS ("0 1": the LBL and the genre ATD), DOC_SEEDS (the first of SEEDS: the genre + document
+# SEEDS ("0 1 2": the LBL and the genre ATD), DOC_SEEDS (the first of SEEDS: the genre + document
 # ATD, capped at 4 epochs to keep the recipe's compute down; "" for none), MODELS ("lbl atd atd_doc":
 # which models stage 1 trains), EXP (recipes/brown_attributes/exp), NICE (nice level of the
 # work, 10). Training takes 12 to 14 min per Brown model on one shared CPU core.
@@ -23,7 +23,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
-SEEDS=${SEEDS:-"0 1"}
+SEEDS=${SEEDS:-"0 1 2"}
 DOC_SEEDS=${DOC_SEEDS-${SEEDS%% *}}
 MODELS=${MODELS:-"lbl atd atd_doc"}
 NICE=${NICE:-10}
