@@ -11,7 +11,7 @@
 #   bash recipes/ud_fnlm/run.sh [--stage N] [--stop-stage N]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
-# TREEBANKS (conf names, "tr ug brown"), SEEDS ("0 1"), EXP (recipes/ud_fnlm/exp).
+# TREEBANKS (conf names, "tr ug brown"), SEEDS ("0 1 2"), EXP (recipes/ud_fnlm/exp).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,14 +19,14 @@ ROOT=$(cd "$HERE/../.." && pwd)
 DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
 TREEBANKS=${TREEBANKS:-"tr ug brown"}
-SEEDS=${SEEDS:-"0 1"}
+SEEDS=${SEEDS:-"0 1 2"}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 PY=$ROOT/.venv/bin/python
 RESCORER=$ROOT/.venv/bin/rescorer
 
-# The seeds of SEEDS that a corpus trains: all, or those its conf lists under "seeds" (Brown:
-# one, for the time budget; local/results.py reads the same field).
+# The seeds of SEEDS that a corpus trains: all, or those its conf lists under "seeds" (a corpus
+# may train fewer than SEEDS; local/results.py reads the same field).
 conf_seeds() {
   "$PY" -c 'import json, sys
 listed = json.load(open(sys.argv[1], encoding="utf-8")).get("seeds")
