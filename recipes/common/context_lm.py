@@ -33,6 +33,7 @@ import torch
 
 from lm_models.checkpoint import load_checkpoint
 from lm_models.corpora import Document, split_documents
+from lm_models.curves import LINE_STYLES, plot_dev_curves
 from lm_models.lstm.evaluate import perplexity, report_from_scores, value_scores
 from lm_models.lstm.inspect import context_pca, plot_pca, top_boosted_words
 from lm_models.lstm.train import CORPUS_READERS, TrainConfig, train
@@ -331,28 +332,15 @@ def epoch_log(recipe: Path, info: dict) -> list[dict[str, Any]]:
 
 
 def plot_curves(curves: dict[str, list[float]], path: Path, title: str) -> Path:
-    """Dev perplexity per epoch of every run, one line each (a PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    styles = dict(zip(LABELS.values(), ("-", "--", "-.", ":"), strict=True))
-    for name, values in curves.items():
-        label = name.rsplit(" ", 1)[0]
-        ax.plot(range(1, len(values) + 1), values, styles.get(label, "-"), label=name, lw=1.2)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("dev perplexity")
-    ax.set_yscale("log")
-    ax.set_title(f"{title}: dev perplexity per epoch")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    """Dev perplexity per epoch of every run, one line each (a PNG), a line style per mode."""
+    styles = dict(zip(LABELS.values(), LINE_STYLES, strict=True))
+    return plot_dev_curves(
+        {f"{title}: dev perplexity per epoch": curves},
+        path,
+        style_of=lambda name: {"linestyle": styles.get(name.rsplit(" ", 1)[0], "-")},
+        mark_best=False,
+        log_y=True,
+    )
 
 
 def inspection(recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:

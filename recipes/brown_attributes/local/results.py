@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from lm_models.corpora import Document
+from lm_models.curves import LINE_STYLES, plot_dev_curves
 from lm_models.lbl.model import LBL, load_lbl
 from lm_models.lbl.train import (
     EncodedRows,
@@ -563,31 +564,21 @@ HALF_ROWS = [
 
 
 def plot_curves(curves: dict[str, list[float]], path: Path) -> None:
-    """Dev perplexity per epoch of every training run (a PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    """Dev perplexity per epoch of every training run (a PNG): a colour per model, a line style
+    per seed, a star on the epoch kept."""
     colours = {"lbl": "tab:blue", "atd": "tab:red", "atd_doc": "tab:green"}
     seeds = sorted({name.split("_seed")[1] for name in curves})
-    for name, values in curves.items():
+
+    def style(name: str) -> dict[str, object]:
         kind, seed = name.split("_seed")
-        style = ("-", "--", ":", "-.")[seeds.index(seed) % 4]
-        ax.plot(range(1, len(values) + 1), values, style, color=colours.get(kind, "black"),
-                marker="o", ms=3, label=name, lw=1.2)  # fmt: skip
-        best = min(range(len(values)), key=values.__getitem__)
-        ax.plot(best + 1, values[best], "*", color=colours.get(kind, "black"), ms=9)
-    ax.set_xlabel("epoch (star: the epoch kept)")
-    ax.set_ylabel("dev perplexity")
-    ax.set_title("Brown, LBL and ATD: dev perplexity per epoch")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+        return {
+            "linestyle": LINE_STYLES[seeds.index(seed) % len(LINE_STYLES)],
+            "color": colours.get(kind, "black"),
+            "marker": "o",
+            "ms": 3,
+        }
+
+    plot_dev_curves({"Brown, LBL and ATD: dev perplexity per epoch": curves}, path, style_of=style)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lm_models.curves import plot_dev_curves
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
 
@@ -311,7 +312,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             else "Only Table 3 and Table 5's rows without the proxy were run with this "
             "configuration (`stop_after: t5`).\n"
         )
-        runs_table(runs, add)
+        runs_table(runs, add, here)
         # the rest (other tables, warm-start rows, the LSTM encoder) is not run under stop_after
         missing = [m for m in missing if m.startswith(("t3_", "t5_")) and not m.endswith("_warm")]
         if missing:
@@ -567,7 +568,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
                 f"\nThe CLI's perplexity ({m.group(1)}) is the table's full-model figure "
                 f"({fmt(full, 2)}).\n"
             )
-    runs_table(runs, add)
+    runs_table(runs, add, here)
     if missing:
         add(f"Runs not finished when this file was written (shown as –): {sorted(set(missing))}.\n")
     discussion = here / "conf" / "discussion.md"
@@ -642,8 +643,43 @@ def table5_ab(add: Any, r: Any, t: Any, control: float | None, separate: bool) -
     )
 
 
-def runs_table(runs: Path, add: Any) -> None:
-    """Every finished run, one row each."""
+def training_curves(runs: Path, here: Path) -> Path | None:
+    """Dev perplexity per piece per epoch of every trained run (result.json's ``epochs``):
+    the sentence LM, the jointly trained decoders, the adaptations, each in a panel; None
+    when no run has epochs."""
+    panels: dict[str, dict[str, list[float]]] = {
+        "sentence LM": {},
+        "joint training (Tables 3, 4, 6; proxy)": {},
+        "adaptation (Table 5, Figure 4)": {},
+    }
+    keys = list(panels)
+    for res in sorted(runs.glob("*/result.json")):
+        epochs = json.loads(res.read_text()).get("epochs") or []
+        values = [e["dev"] if "dev" in e else e.get("dev_ppl") for e in epochs]
+        if not values or any(v is None for v in values):
+            continue
+        name = res.parent.name
+        if name.startswith("sentence_"):
+            panel = keys[0]
+        elif "adapt" in name or "_to_" in name or "frozen_ce" in name:
+            panel = keys[2]
+        elif name != "proxy_ae":
+            panel = keys[1]
+        else:
+            continue
+        panels[panel][name] = values
+    if not any(panels.values()):
+        return None
+    return plot_dev_curves(
+        {k: v for k, v in panels.items() if v},
+        here / "training_curves.png",
+        ylabel="dev perplexity per piece",
+        log_y=True,
+    )
+
+
+def runs_table(runs: Path, add: Any, here: Path) -> None:
+    """Every finished run, one row each, and their training curves."""
     add("## Runs\n")
     add("| run | trained parameters | best epoch | initial dev | dev PPL | test PPL | seconds |")
     add("|---|---|---|---|---|---|---|")
@@ -659,6 +695,10 @@ def runs_table(runs: Path, add: Any) -> None:
             f" | {fmt(dev)} | {fmt(test)} | {x.get('seconds', 0):.0f} |"
         )
     add("")
+    png = training_curves(runs, here)
+    if png is not None:
+        add("Dev perplexity per piece, epoch by epoch, of every trained run:\n")
+        add(f"![training curves]({png.name})\n")
 
 
 def plot(

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from prepare import conllu  # local/prepare.py, beside this script
 
+from lm_models.curves import plot_dev_curves
 from lm_models.fnlm.evaluate import TokenFlags, mean_prob_after_unknown, token_flags
 from lm_models.fnlm.factors import FactorSettings, words_of_text
 from lm_models.fnlm.model import FactoredLM, load_fnlm
@@ -157,6 +158,7 @@ def evaluate(conf: dict, exp: Path, data_dir: Path, seeds: list[int]) -> dict:
                     "parameters": meta["data"]["parameters"],
                     "seconds": meta["seconds"],
                     "factors": meta["config"]["data"]["factors"],
+                    "curve": [e["dev_ppl"] for e in meta["epochs"]],
                     "model_config": meta["config"]["model"],
                     "data": meta["data"],
                 }
@@ -428,7 +430,7 @@ def main() -> None:
             stages[name] = stages.get(name, 0) + int(seconds)
     total = sum(stages.values()) + time.perf_counter() - t0
     command = "bash recipes/ud_fnlm/run.sh"
-    if args.treebanks != ["tr", "ug", "brown"] or args.seeds != [0, 1]:
+    if args.treebanks != ["tr", "ug", "brown"] or args.seeds != [0, 1, 2]:
         command = (
             f"TREEBANKS={shlex.quote(' '.join(args.treebanks))} "
             f"SEEDS={shlex.quote(' '.join(map(str, args.seeds)))} {command}"
@@ -468,6 +470,22 @@ def main() -> None:
         "word; its factors join its parts' with +), lower-cased, punctuation left out. Brown: "
         "in its own section.",
     ]
+    png = plot_dev_curves(
+        {
+            f"{conf['title']}: dev ppl (no unk)": {
+                f"{'FNLM' if run['model'] == 'fnlm' else 'word NLM'} {run['seed']}": run["curve"]
+                for run in res["runs"]
+            }
+            for conf, res in zip(confs, results, strict=True)
+        },
+        args.recipe / "training_curves.png",
+        ylabel="dev perplexity, no unk",
+        style_of=lambda name: {"color": "tab:red" if name.startswith("FNLM") else "tab:blue"},
+    )
+    header.append(
+        f"- Training curves (dev perplexity per epoch of every run; the star marks the epoch "
+        f"kept): ![dev perplexity per epoch]({png.name})"
+    )
     with atomic_write(args.recipe / "RESULTS.md") as f:
         f.write(render(confs, results, header))
 
