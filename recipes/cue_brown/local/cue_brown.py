@@ -499,9 +499,12 @@ def with_fields(model: CUEModel, conf: dict, set_name: str) -> CUEModel:
 
 
 class Runner:
-    def __init__(self, setup: Setup) -> None:
+    def __init__(self, setup: Setup, only: frozenset[str] | None = None) -> None:
         self.s = setup
         self.models: dict[str, CUEModel] = {}
+        # The runs this process may train (None: all): two processes given disjoint sets share
+        # the cores without training the same run.
+        self.only = only
         # The run under way and how many training stages it has begun (next_stage).
         self._run: Path | None = None
         self._stages = 0
@@ -551,6 +554,9 @@ class Runner:
         out = self.runs / name
         if (out / "result.json").exists():
             return json.loads((out / "result.json").read_text())
+        if self.only is not None and name not in self.only:
+            logger.info("run %s: not in --only, left to another process", name)
+            return {}
         logger.info("run %s", name)
         self._run, self._stages = out, 0
         t0 = time.perf_counter()
@@ -659,9 +665,10 @@ def _stage(result: Any) -> dict:
     }
 
 
-def experiments(conf: dict, exp: Path) -> None:
+def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> None:
+    """Every run of the tables (those named in ``only``, when given)."""
     setup = Setup(conf, exp, conf["embedder"])
-    r = Runner(setup)
+    r = Runner(setup, only)
     # The sentence encoders alone, on the evaluation sentences of every table.
     for kind in sentence_kinds(conf):
         r.run(f"sentence_only_{kind}", lambda kind=kind: _sentence_only(r, kind))
@@ -813,6 +820,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("conf", type=Path)
     ap.add_argument("exp", type=Path)
     ap.add_argument("data_dir", type=Path)
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="experiments: train only these runs (comma-separated names, e.g. t3_none,t3_meta);"
+        " the others are left to another process",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -833,7 +846,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "pretrain":
         pretrain(conf, args.exp)
     else:
-        experiments(conf, args.exp)
+        only = frozenset(n for n in args.only.split(",") if n) if args.only else None
+        experiments(conf, args.exp, only)
 
 
 if __name__ == "__main__":
