@@ -505,6 +505,8 @@ class Runner:
         # The runs this process may train (None: all): two processes given disjoint sets share
         # the cores without training the same run.
         self.only = only
+        # Every run name met so far (to check ``only`` against).
+        self.seen: set[str] = set()
         # The run under way and how many training stages it has begun (next_stage).
         self._run: Path | None = None
         self._stages = 0
@@ -552,6 +554,7 @@ class Runner:
     def run(self, name: str, fn: Any, keep: bool = False) -> dict:
         """Run ``fn() -> (model, info)`` unless runs/NAME/result.json exists."""
         out = self.runs / name
+        self.seen.add(name)
         if (out / "result.json").exists():
             return json.loads((out / "result.json").read_text())
         if self.only is not None and name not in self.only:
@@ -666,9 +669,20 @@ def _stage(result: Any) -> dict:
 
 
 def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> None:
-    """Every run of the tables (those named in ``only``, when given)."""
+    """Every run of the tables (those named in ``only``, when given: a name the configuration
+    has no run of is a ValueError, raised after the runs)."""
     setup = Setup(conf, exp, conf["embedder"])
     r = Runner(setup, only)
+    _all_runs(r, conf, exp, setup)
+    unknown = sorted((only or frozenset()) - r.seen)
+    if unknown:
+        raise ValueError(
+            f"--only names runs this configuration does not have: {unknown} "
+            f"(it has {sorted(r.seen)})"
+        )
+
+
+def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # The sentence encoders alone, on the evaluation sentences of every table.
     for kind in sentence_kinds(conf):
         r.run(f"sentence_only_{kind}", lambda kind=kind: _sentence_only(r, kind))
@@ -847,7 +861,13 @@ def main(argv: list[str] | None = None) -> None:
         pretrain(conf, args.exp)
     else:
         only = frozenset(n for n in args.only.split(",") if n) if args.only else None
-        experiments(conf, args.exp, only)
+        try:
+            experiments(conf, args.exp, only)
+        except ValueError as err:
+            if "--only" not in str(err):
+                raise
+            print(f"cue_brown.py: error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
