@@ -519,7 +519,7 @@ def _fit(
     if resume is not None and world.parallel:
         raise ValueError(f"resume ({resume}) is for a stage in one process, not under torchrun")
     names = trained_names(model, params) if resume is not None else []
-    sig = signature(what, asdict(opts), names, model)
+    sig = signature(what, asdict(opts), names, model) if resume is not None else {}
     gens = Generators(gen, order, next(model.parameters()).device)
     earlier: Resumed | None = None
     if resume is not None and has_stage(resume):

@@ -111,23 +111,18 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
     splits = split_documents(docs, tuple(dc["split"]), "genre", dc["split_seed"])
     rows: dict[str, list[dict]] = {}
     for name, part in zip(("train", "dev", "test"), splits, strict=True):
-        rows[name] = []
-        for doc in part:
-            prev = None
-            for sent in doc.sentences:
-                rows[name].append(
-                    {
-                        "doc": doc.doc_id,
-                        "words": list(sent),
-                        "fields": {
-                            "genre": doc.fields["genre"].replace("_", " "),
-                            "source": sources.get(doc.doc_id, ""),
-                            "document": doc.doc_id,
-                            "prev": " ".join(prev) if prev else "",
-                        },
-                    }
-                )
-                prev = sent
+        rows[name] = [
+            row
+            for doc in part
+            for row in document_rows(
+                doc,
+                {
+                    "genre": doc.fields["genre"].replace("_", " "),
+                    "source": sources.get(doc.doc_id, ""),
+                    "document": doc.doc_id,
+                },
+            )
+        ]
     train_words = [r["words"] for r in rows["train"]]
     tokenizer = None
     if dc.get("units", "word") == "subword":
@@ -176,6 +171,17 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
     logger.info("data: %s", stats)
 
 
+def document_rows(doc: Any, metadata: dict[str, str]) -> list[dict]:
+    """One row per sentence of ``doc``: its words, the document's ``metadata`` fields and the
+    previous sentence of the same document (empty for the first)."""
+    rows, prev = [], None
+    for sent in doc.sentences:
+        fields = {**metadata, "prev": " ".join(prev) if prev else ""}
+        rows.append({"doc": doc.doc_id, "words": list(sent), "fields": fields})
+        prev = sent
+    return rows
+
+
 def state_union_rows(dc: dict, data_dir: Path) -> dict[str, list[dict]]:
     """The adaptation corpus ``state_union``: rows of the ``adapt``, ``adapt_dev`` and
     ``adapt_test`` addresses (module docstring), each sentence with its address's fields."""
@@ -193,19 +199,19 @@ def state_union_rows(dc: dict, data_dir: Path) -> dict[str, list[dict]]:
     }
     out: dict[str, list[dict]] = {}
     for name, part in parts.items():
-        out[name] = []
-        for doc in part:
-            prev = None
-            for sent in doc.sentences:
-                year, president = doc.fields["year"], doc.fields["president"]
-                fields = {
+        out[name] = [
+            row
+            for doc in part
+            for row in document_rows(
+                doc,
+                {
                     "genre": "state of the union address",
-                    "source": f"State of the Union address by President {president}, {year}",
+                    "source": "State of the Union address by President "
+                    f"{doc.fields['president']}, {doc.fields['year']}",
                     "document": doc.doc_id.lower(),
-                    "prev": " ".join(prev) if prev else "",
-                }
-                out[name].append({"doc": doc.doc_id, "words": list(sent), "fields": fields})
-                prev = sent
+                },
+            )
+        ]
     cap = dc.get("adapt_sentences", 0)
     if cap:
         out["adapt"] = out["adapt"][:cap]
