@@ -696,6 +696,12 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # previous sentence first: the comparison a short budget must reach).
     for set_name in ("none", "prev", "meta", "both"):
         r.joint(f"t3_{set_name}", set_name, keep=set_name in ("meta", "both"))
+    # Table 3 again with every extra seed (the rows ``stop_after: "t3"`` still runs).
+    for seed in conf.get("extra_seeds", []):
+        for set_name in ("none", "prev", "meta", "both"):
+            r.joint(
+                f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=set_name in ("meta", "both")
+            )
     stop_after = conf.get("stop_after")
     if stop_after == "t3":
         return
@@ -712,10 +718,6 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
             r.joint(f"t3_{set_name}_warm", set_name, warm=True)
     # More seeds for the Table 3-6 rows whose differences are a few percent.
     for seed in conf.get("extra_seeds", []):
-        for set_name in ("none", "meta", "prev", "both"):
-            r.joint(
-                f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=set_name in ("meta", "both")
-            )
         r.joint(f"t4_no_context_transformer_seed{seed}", "both", seed=seed,
                 context_transformer=False)  # fmt: skip
         r.joint(f"t4_hash_encoder_seed{seed}", "both", seed=seed, embedder="hash:384")

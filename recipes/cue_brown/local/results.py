@@ -104,19 +104,25 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         return [t(n) for n in seeded_names(name)]
 
     def spread(name: str) -> str:
-        """mean ± half-range over the seeds, "–" unless every seed has finished."""
-        vals = per_seed(name)
-        if len(vals) < 2 or any(v is None for v in vals):
+        """mean ± half-range over the finished seeds, "(k of n seeds)" while some are not
+        finished, "–" with fewer than two."""
+        vals = [v for v in per_seed(name) if v is not None]
+        if len(vals) < 2:
             return "–"
-        return mean_range([v for v in vals if v is not None])
+        part = "" if len(vals) == len(seeds) else f" ({len(vals)} of {len(seeds)} seeds)"
+        return mean_range(vals) + part
 
     def paired(name: str, ref: str) -> str:
         """Relative change against ``ref`` seed by seed (same seed = same initialisation of
-        the shared parts and the same batch order), "–" unless every seed has finished."""
+        the shared parts and the same batch order); "–" for a seed either run has not
+        finished, "–" in all with a single seed."""
         a, b = per_seed(name), per_seed(ref)
-        if len(a) < 2 or any(v is None for v in (*a, *b)):
+        if len(a) < 2 or all(x is None or y is None for x, y in zip(a, b, strict=True)):
             return "–"
-        return " / ".join(f"{100 * (x - y) / y:+.1f}" for x, y in zip(a, b, strict=True)) + " %"
+        return " / ".join(
+            "–" if x is None or y is None else f"{100 * (x - y) / y:+.1f}"
+            for x, y in zip(a, b, strict=True)
+        ) + " %"
 
     stats = json.loads((exp / "data" / "stats.json").read_text())
     se_t, se_l, proxy_ae = r("sentence_transformer"), r("sentence_lstm"), r("proxy_ae")
