@@ -16,6 +16,6 @@ one() {
   .venv/bin/python recipes/cue_brown/local/results.py tables "$E" recipes/cue_brown/converged_cpu_full --conf "$C"
 }
 mkdir -p recipes/cue_brown/converged_cpu_full
-one t3_none,t3_meta > "$E/run_a.log" 2>&1 &
-one t3_prev,t3_both > "$E/run_b.log" 2>&1 &
+one t3_none,t3_meta >> "$E/run_a.log" 2>&1 &
+one t3_prev,t3_both >> "$E/run_b.log" 2>&1 &
 wait

@@ -119,10 +119,13 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         a, b = per_seed(name), per_seed(ref)
         if len(a) < 2 or all(x is None or y is None for x, y in zip(a, b, strict=True)):
             return "–"
-        return " / ".join(
-            "–" if x is None or y is None else f"{100 * (x - y) / y:+.1f}"
-            for x, y in zip(a, b, strict=True)
-        ) + " %"
+        return (
+            " / ".join(
+                "–" if x is None or y is None else f"{100 * (x - y) / y:+.1f}"
+                for x, y in zip(a, b, strict=True)
+            )
+            + " %"
+        )
 
     stats = json.loads((exp / "data" / "stats.json").read_text())
     se_t, se_l, proxy_ae = r("sentence_transformer"), r("sentence_lstm"), r("proxy_ae")
