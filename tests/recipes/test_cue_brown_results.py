@@ -1,0 +1,109 @@
+"""Table 3 of the CUE Brown recipe's RESULTS.md (recipes/cue_brown/local/results.py) from run
+records: seed-0 figures, the spread over finished seeds and the per-seed change vs the control."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from tests.paths import REPO
+
+
+def load_results():
+    spec = importlib.util.spec_from_file_location(
+        "cue_brown_results", REPO / "recipes" / "cue_brown" / "local" / "results.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+res = load_results()
+
+SPLIT = {"sentences": 10, "words": 100, "tokens": 110, "units": 130, "oov_rate": 0.0}
+STATS = {
+    **{k: SPLIT for k in ("train_all", "train", "adapt", "dev", "test")},
+    "documents": {"train": 8, "dev": 1, "test": 1},
+    "vocab_size": 8000,
+    "units": "subword",
+}
+
+
+def record(test_ppl: float) -> dict:
+    return {
+        "dev_ppl": test_ppl + 10,
+        "dev_ppl_units": test_ppl / 5,
+        "test_ppl": test_ppl,
+        "test_ppl_units": test_ppl / 5,
+        "best_epoch": 2,
+        "initial_dev": 9000.0,
+        "trained_parameters": 1000,
+        "train_seconds": 60.0,
+        "epochs": [
+            {"epoch": 1, "train_loss": 7.0, "dev": 300.0, "seconds": 30.0, "steps": 10},
+            {"epoch": 2, "train_loss": 6.0, "dev": test_ppl / 5, "seconds": 30.0, "steps": 10},
+        ],
+    }
+
+
+SIZES = {"sentence_encoder": 2000, "context_encoder": 200, "decoder": 1300, "proxy": 2000}
+# The sentence LM alone (evaluated), and trained: records of their own shape.
+SENTENCE_ONLY = {"dev_ppl": 1010.0, "test_ppl": 1000.0, "seconds": 1.0, "parameters": SIZES}
+SENTENCE = {"test_ppl": 990.0, "initial_dev_ppl": 9000.0, "parameters": 2000, "seconds": 60.0,
+            "train_tokens": 130, "epochs": [{"epoch": 1, "dev_ppl": 210.0}]}  # fmt: skip
+
+
+def make_exp(tmp_path: Path, runs: dict[str, float]) -> tuple[Path, Path]:
+    exp = tmp_path / "exp"
+    (exp / "data").mkdir(parents=True)
+    (exp / "data" / "stats.json").write_text(json.dumps(STATS))
+    rows = [{"doc": "ca01", "words": ["a", "b"], "fields": {"genre": "news"}}] * 10
+    (exp / "data" / "test.json").write_text(json.dumps(rows))
+    records = {name: record(ppl) for name, ppl in runs.items()}
+    records |= {"sentence_only_transformer": SENTENCE_ONLY, "sentence_transformer": SENTENCE}
+    for name, rec in records.items():
+        (exp / "runs" / name).mkdir(parents=True)
+        (exp / "runs" / name / "result.json").write_text(json.dumps(rec))
+    conf = json.loads((REPO / "recipes/cue_brown/conf/converged_cpu_full.json").read_text())
+    conf["extra_seeds"] = [1, 2]
+    conf_path = tmp_path / "conf.json"
+    conf_path.write_text(json.dumps(conf))
+    return exp, conf_path
+
+
+def table3(tmp_path: Path, runs: dict[str, float]) -> dict[str, list[str]]:
+    exp, conf = make_exp(tmp_path, runs)
+    here = tmp_path / "here"
+    here.mkdir()
+    res.tables(exp, here, conf)
+    text = (here / "RESULTS.md").read_text()
+    section = text.split("## Table 3 layout")[1].split("\n## ")[0]
+    rows = [r for r in section.splitlines() if r.startswith("| ")][2:]
+    return {r.split(" | ")[0].lstrip("| "): [c.strip() for c in r.split(" | ")[1:]] for r in rows}
+
+
+def test_table3_spread_over_finished_seeds_and_paired_change(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_prev": 900.0, "t3_none_seed1": 1010.0}
+    runs["t3_prev_seed1"] = 888.8
+    rows = table3(tmp_path, runs)
+    none = rows["sentence-internal only (decoder trained with the empty-context vector)"]
+    prev = rows["+ previous sentence"]
+    assert none[0] == "1000.0"
+    assert prev[:2] == ["900.0", "-10.0%"]
+    # mean ± half-range of the two finished seeds, marked as two of three
+    assert none[2] == "1005.0 ± 5.0 (2 of 3 seeds)"
+    assert prev[2] == "894.4 ± 5.6 (2 of 3 seeds)"
+    # seed by seed against the control of the same seed; seed 2 not run yet
+    assert prev[3] == "-10.0 / -12.0 / – %"
+    meta = rows["+ metadata (genre, source, document)"]
+    assert meta[:4] == ["–", "–", "–", "–"]
+
+
+def test_table3_all_seeds_finished(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_prev": 900.0}
+    runs |= {"t3_none_seed1": 1000.0, "t3_prev_seed1": 910.0}
+    runs |= {"t3_none_seed2": 1000.0, "t3_prev_seed2": 920.0}
+    prev = table3(tmp_path, runs)["+ previous sentence"]
+    assert prev[2] == "910.0 ± 10.0"
+    assert prev[3] == "-10.0 / -9.0 / -8.0 %"
