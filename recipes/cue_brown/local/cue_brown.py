@@ -695,13 +695,11 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # Table 3: context sets, jointly trained decoder + context encoder (the control and the
     # previous sentence first: the comparison a short budget must reach).
     for set_name in ("none", "prev", "meta", "both"):
-        r.joint(f"t3_{set_name}", set_name, keep=set_name in ("meta", "both"))
+        r.joint(f"t3_{set_name}", set_name, keep=True)  # kept: the cache analysis reads them
     # Table 3 again with every extra seed (the rows ``stop_after: "t3"`` still runs).
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "prev", "meta", "both"):
-            r.joint(
-                f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=set_name in ("meta", "both")
-            )
+            r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=True)
     stop_after = conf.get("stop_after")
     if stop_after == "t3":
         return
