@@ -48,6 +48,8 @@ fi
 if run_stage 4; then
   log "stage 4: CUE runs (Tables 3-6, Figure 4)"
   timed experiments local_py experiments
+  log "stage 4: cache analysis of the Table 3 runs (words in the context vs the rest)"
+  timed cache local_py cache
 fi
 
 if run_stage 5; then

@@ -7,6 +7,9 @@ import importlib.util
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from tests.paths import REPO
 
 
@@ -107,3 +110,47 @@ def test_table3_all_seeds_finished(tmp_path):
     prev = table3(tmp_path, runs)["+ previous sentence"]
     assert prev[2] == "910.0 ± 10.0"
     assert prev[3] == "-10.0 / -9.0 / -8.0 %"
+
+
+def load_driver():
+    spec = importlib.util.spec_from_file_location(
+        "cue_brown_driver", REPO / "recipes" / "cue_brown" / "local" / "cue_brown.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cache_split_bins_words_by_their_own_context():
+    drv = load_driver()
+    rows = [
+        {"words": ["a", "b"], "fields": {"prev": "a c", "genre": "b"}},
+        {"words": ["c"], "fields": {"genre": "c"}},  # no previous sentence: nothing cached
+    ]
+    base = [np.array([-2.0, -3.0, -1.0]), np.array([-4.0, -1.0])]
+    ctx = [np.array([-1.0, -3.0, -0.5]), np.array([-2.0, -1.0])]
+    got = drv.cache_split(list(zip(base, ctx, strict=True)), rows, ["prev"])
+    assert got["words"] == 5  # 3 words and 2 </s>
+    assert got["in_share"] == pytest.approx(1 / 5)  # "a" only ("b" is the genre's word)
+    assert got["in_gain"] == pytest.approx(0.5)  # 2 -> 1 nats
+    assert got["out_share"] == pytest.approx(2 / 5)  # "b", "c"
+    assert got["out_gain"] == pytest.approx((7 - 5) / 7)
+    assert got["all_gain"] == pytest.approx((11 - 7.5) / 11)
+    assert got["in_ppl_control"] == pytest.approx(np.exp(2.0))
+    # the genre's words count as context once the genre is read
+    both = drv.cache_split(list(zip(base, ctx, strict=True)), rows, ["prev", "genre"])
+    assert both["in_share"] == pytest.approx(3 / 5)
+    with pytest.raises(ValueError, match="scores for 2 words"):
+        drv.cache_split([(base[0][:2], ctx[0])], rows[:1], ["prev"])
+
+
+def test_cache_section_in_results(tmp_path):
+    exp, conf = make_exp(tmp_path, {"t3_none": 1000.0, "t3_prev": 900.0})
+    split = {"in_share": 0.2, "in_gain": 0.31, "out_gain": 0.05, "all_gain": 0.08}
+    split |= {"in_ppl_control": 120.0, "in_ppl_context": 30.5}
+    (exp / "runs" / "cache_split.json").write_text(json.dumps({"t3_prev_seed1": split}))
+    here = tmp_path / "here"
+    here.mkdir()
+    res.tables(exp, here, conf)
+    text = (here / "RESULTS.md").read_text()
+    assert "| t3_prev_seed1 | 20.0 % | 31.0 % | 5.0 % | 8.0 % | 120.0 -> 30.5 |" in text

@@ -4,7 +4,9 @@
 
 STAGE is one of ``prepare`` (sentences with their context records, vocabulary), ``embed`` (one
 MiniLM vector per distinct context string, cached), ``pretrain`` (transformer and LSTM sentence
-encoders, proxy auto-encoder) and ``experiments`` (the CUE runs of Tables 3-6 and Figure 4).
+encoders, proxy auto-encoder), ``experiments`` (the CUE runs of Tables 3-6 and Figure 4) and
+``cache`` (the paper's cache analysis of the kept Table 3 models: how much of the context's gain
+falls on words that occur in the context itself).
 Each stage and each run skips work whose output exists (delete the file to redo it); every
 result is a small JSON file under EXP/runs/, written to a temporary name and renamed.
 
@@ -52,10 +54,12 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from lm_models.corpora import read_brown, read_state_union, split_documents
@@ -834,9 +838,87 @@ def _swap(
     return model, {**r.evaluate(model, "both"), **_stage(result)}
 
 
+# -- stage: cache ---------------------------------------------------------------------------------
+
+
+def context_words(fields: dict[str, Any], names: Sequence[str]) -> set[str]:
+    """The words of a sentence's context values for the fields ``names`` (the field labels of
+    the rendered strings left out: "previous sentence:" is not the sentence's text)."""
+    return {w for n in names if fields.get(n) for w in str(fields[n]).split()}
+
+
+def cache_split(
+    word_lp: Sequence[tuple[np.ndarray, np.ndarray]],
+    rows: Sequence[dict],
+    names: Sequence[str],
+) -> dict[str, float]:
+    """The paper's cache analysis (section 5, "whether a sentence's context behaves like a
+    cache"): the test words split into those that occur in the sentence's own context values
+    (``names``) and the rest; in each bin the share of words and the relative gain in
+    log-likelihood of the context model over the control, (NLL_control - NLL_context) /
+    NLL_control. ``word_lp`` holds per sentence the (control, context) ln P of each word and
+    of </s>; </s> counts in ``all`` only."""
+    nll = {b: [0.0, 0.0] for b in ("in", "out", "all")}
+    count = {"in": 0, "out": 0, "all": 0}
+    for (base, ctx), row in zip(word_lp, rows, strict=True):
+        seen = context_words(row["fields"], names)
+        words = row["words"]
+        if len(base) != len(words) + 1 or len(ctx) != len(words) + 1:
+            raise ValueError(f"{len(base)}/{len(ctx)} scores for {len(words)} words + </s>")
+        for i, w in enumerate([*words, None]):
+            bins = ["all"] if w is None else ["all", "in" if w in seen else "out"]
+            for b in bins:
+                nll[b][0] -= float(base[i])
+                nll[b][1] -= float(ctx[i])
+                count[b] += 1
+    out: dict[str, float] = {"words": count["all"]}
+    for b in ("in", "out", "all"):
+        control, context = nll[b]
+        out[f"{b}_share"] = count[b] / count["all"]
+        out[f"{b}_gain"] = (control - context) / control if control else 0.0
+        out[f"{b}_ppl_control"] = math.exp(control / count[b]) if count[b] else math.nan
+        out[f"{b}_ppl_context"] = math.exp(context / count[b]) if count[b] else math.nan
+    return out
+
+
+def cache_analysis(conf: dict, exp: Path) -> None:
+    """runs/cache_split.json: :func:`cache_split` on the tables' test sentences for every
+    kept Table 3 context run against the control of the same seed (runs/NAME/model)."""
+    from lm_models.cue.model import load_cue
+
+    runs = exp / "runs"
+    rows = load_rows(exp, "test")[: conf["data"].get("eval_test_sentences")]
+    sentences = [r["words"] for r in rows]
+    seeds = [conf["seed"], *conf.get("extra_seeds", [])]
+    embedder = make_embedder(conf["embedder"])
+    path = runs / "cache_split.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    for seed in seeds:
+        suffix = "" if seed == conf["seed"] else f"_seed{seed}"
+        control = runs / f"t3_none{suffix}" / "model"
+        if not control.is_dir():
+            continue
+        base = None
+        for set_name in ("prev", "meta", "both"):
+            name = f"t3_{set_name}{suffix}"
+            if name in done or not (runs / name / "model").is_dir():
+                continue
+            if base is None:
+                base = load_cue(control, embedder=embedder).token_logprobs(sentences)
+            lm = load_cue(runs / name / "model", embedder=embedder)
+            ctx = lm.token_logprobs(sentences, [r["fields"] for r in rows])
+            done[name] = {
+                "control": f"t3_none{suffix}",
+                "fields": conf["sets"][set_name],
+                **cache_split(list(zip(base, ctx, strict=True)), rows, conf["sets"][set_name]),
+            }
+            logger.info("cache split %s: %s", name, done[name])
+            write_json(path, done)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("stage", choices=("prepare", "embed", "pretrain", "experiments"))
+    ap.add_argument("stage", choices=("prepare", "embed", "pretrain", "experiments", "cache"))
     ap.add_argument("conf", type=Path)
     ap.add_argument("exp", type=Path)
     ap.add_argument("data_dir", type=Path)
@@ -865,6 +947,8 @@ def main(argv: list[str] | None = None) -> None:
         embed(conf, args.exp, "hash:384")
     elif args.stage == "pretrain":
         pretrain(conf, args.exp)
+    elif args.stage == "cache":
+        cache_analysis(conf, args.exp)
     else:
         only = frozenset(n for n in args.only.split(",") if n) if args.only else None
         try:

@@ -303,6 +303,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             "measured against that control, not against the sentence LM alone.\n"
         )
     )
+    cache_section(add, load(runs / "cache_split.json"))
     short = {n: load(exp / "short_schedule" / f"t3_{n}" / "result.json") for n in rows3_sets}
     if all(short.values()):
         add(
@@ -584,6 +585,39 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     if discussion.is_file():
         add(discussion.read_text().strip() + "\n")
     write_atomic(here / "RESULTS.md", "\n".join(lines))
+
+
+PAPER_CACHE = (0.30, 0.74, 0.26)  # section 5: share of tokens in the context, gain there, elsewhere
+
+
+def cache_section(add: Any, split: dict[str, dict] | None) -> None:
+    """The paper's cache analysis of the Table 3 runs (``cue_brown.py cache``), when run."""
+    if not split:
+        return
+    add("### Where the context's gain falls: words in the context vs the rest\n")
+    add(
+        "The paper's analysis (section 5): the test words split into those that occur in the "
+        "sentence's own context values (here the previous sentence's words, and for metadata "
+        "the genre, source and document strings) and the rest; in each bin the relative gain "
+        "in log-likelihood over the control of the same seed, (NLL control - NLL context) / "
+        "NLL control. Ours per word (a word's pieces summed), the paper's per word piece.\n"
+    )
+    add(
+        "| run | words in the context | gain on them | gain on the rest | gain on all | "
+        "ppl of the words in the context: control -> context |"
+    )
+    add("|---|---|---|---|---|---|")
+    for name, v in sorted(split.items()):
+        add(
+            f"| {name} | {100 * v['in_share']:.1f} % | {100 * v['in_gain']:.1f} % | "
+            f"{100 * v['out_gain']:.1f} % | {100 * v['all_gain']:.1f} % | "
+            f"{v['in_ppl_control']:.1f} -> {v['in_ppl_context']:.1f} |"
+        )
+    share, gain_in, gain_out = PAPER_CACHE
+    add(
+        f"| paper (NYT, previous sentence, title and 9 more types) | {100 * share:.0f} % | "
+        f"{100 * gain_in:.0f} % | {100 * gain_out:.0f} % | – | – |\n"
+    )
 
 
 def table5_ab(add: Any, r: Any, t: Any, control: float | None, separate: bool) -> None:
