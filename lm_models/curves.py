@@ -41,9 +41,11 @@ def plot_dev_curves(
     n = len(panels)
     fig, axes = plt.subplots(1, n, figsize=(7 if n == 1 else 4.6 * n, 4.5), dpi=120)
     for ax, (title, curves) in zip([axes] if n == 1 else list(axes), panels.items(), strict=True):
+        drawn = 0
         for name, values in curves.items():
             if not values:
                 continue
+            drawn += 1
             style = dict(style_of(name)) if style_of else {}
             line = ax.plot(range(1, len(values) + 1), values, label=name, lw=1.2, **style)[0]
             if mark_best:
@@ -55,7 +57,8 @@ def plot_dev_curves(
         if log_y:
             ax.set_yscale("log")
         ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=6 if n > 1 else 7, ncol=2)
+        if drawn:  # an empty panel has no legend
+            ax.legend(fontsize=6 if n > 1 else 7, ncol=2)
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp)
