@@ -57,7 +57,7 @@ SENTENCE = {"test_ppl": 990.0, "initial_dev_ppl": 9000.0, "parameters": 2000, "s
             "train_tokens": 130, "epochs": [{"epoch": 1, "dev_ppl": 210.0}]}  # fmt: skip
 
 
-def make_exp(tmp_path: Path, runs: dict[str, float]) -> tuple[Path, Path]:
+def make_exp(tmp_path: Path, runs: dict[str, float], **conf_keys) -> tuple[Path, Path]:
     exp = tmp_path / "exp"
     (exp / "data").mkdir(parents=True)
     (exp / "data" / "stats.json").write_text(json.dumps(STATS))
@@ -70,6 +70,7 @@ def make_exp(tmp_path: Path, runs: dict[str, float]) -> tuple[Path, Path]:
         (exp / "runs" / name / "result.json").write_text(json.dumps(rec))
     conf = json.loads((REPO / "recipes/cue_brown/conf/converged_cpu_full.json").read_text())
     conf["extra_seeds"] = [1, 2]
+    conf |= conf_keys
     conf_path = tmp_path / "conf.json"
     conf_path.write_text(json.dumps(conf))
     return exp, conf_path
@@ -154,3 +155,14 @@ def test_cache_section_in_results(tmp_path):
     res.tables(exp, here, conf)
     text = (here / "RESULTS.md").read_text()
     assert "| t3_prev_seed1 | 20.0 % | 31.0 % | 5.0 % | 8.0 % | 120.0 -> 30.5 |" in text
+
+
+def test_data_sizes_section(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_prev": 900.0, "t3_none_n5": 1100.0, "t3_prev_n5": 1078.0}
+    exp, conf = make_exp(tmp_path, runs, data_sizes=[5])
+    here = tmp_path / "here"
+    here.mkdir()
+    res.tables(exp, here, conf)
+    text = (here / "RESULTS.md").read_text()
+    assert "| 5 | 1100.0 | 1078.0 | -2.0% |" in text
+    assert "| 10 | 1000.0 | 900.0 | -10.0% |" in text  # all 10 sentences: Table 3's rows

@@ -27,6 +27,9 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
   context types into A and B (the paper: five), besides the fixed A = metadata, B = previous.
 - ``sentence_kinds``: the sentence encoders pretrained (default both ``transformer`` and
   ``lstm``; the LSTM serves only Table 6 and its own sentence-only row).
+- ``data_sizes``: Table 3's control and previous-sentence rows again, trained on the first N
+  sentences of the (randomly ordered) CUE training sample for each N listed, with the same
+  epochs and seed: how the previous sentence's gain grows with the training data.
 - ``stop_after``: ``"t3"`` ends the experiments after Table 3 (and pretraining skips the proxy
   auto-encoder): the context sets alone, for a budget that cannot hold every table; ``"t5"``
   runs Table 3, then Table 5's rows without the proxy (A = metadata adapted to B = previous
@@ -592,15 +595,25 @@ class Runner:
         mode: str,
         seed: int | None = None,
         spec: str | None = None,
+        sentences: int | None = None,
         **options: Any,
     ) -> Any:
         """``train_cue`` in ``mode`` on the training sample read with context set ``set_name``
-        (the best dev epoch kept), the recipe's train_cue options with ``seed`` (default: the
-        recipe's) and ``options``; resumable (:meth:`next_stage`)."""
+        (its first ``sentences``, a random subset, when given; the best dev epoch kept), the
+        recipe's train_cue options with ``seed`` (default: the recipe's) and ``options``;
+        resumable (:meth:`next_stage`)."""
         seeded = {} if seed is None else {"seed": seed}
+        train = self.s.data("train", set_name, spec)
+        if sentences is not None:
+            if not 0 < sentences <= len(train.sentences):
+                raise ValueError(
+                    f"sentences must be in 1..{len(train.sentences)} (the training sample), "
+                    f"got {sentences}"
+                )
+            train = CUEData(train.sentences[:sentences], train.contexts[:sentences], train.table)
         return train_cue(
             model,
-            self.s.data("train", set_name, spec),
+            train,
             self.s.data("dev", set_name, spec),
             mode,
             self.s.options("train_cue", **seeded, **options),
@@ -617,11 +630,13 @@ class Runner:
         keep: bool = False,
         seed: int | None = None,
         warm: bool | None = None,
+        sentences: int | None = None,
         **overrides: Any,
     ) -> dict:
         """Train a new decoder and context encoder jointly; ``seed`` (default: the recipe's)
         sets their initialisation and the order of the training batches; ``warm`` (default:
-        the conf's ``warm_start``) starts the decoder from the sentence LM's softmax."""
+        the conf's ``warm_start``) starts the decoder from the sentence LM's softmax;
+        ``sentences`` trains on that many of the training sample (default: all)."""
         spec = embedder or self.s.embedder
         warm = self.s.warm_start if warm is None else warm
 
@@ -631,8 +646,11 @@ class Runner:
             )
             if model.config.sentence_inputs and warm:
                 warm_start_decoder(model)
-            result = self.train(model, set_name, "joint", seed, spec)
-            return model, {**self.evaluate(model, set_name), **_stage(result)}
+            result = self.train(model, set_name, "joint", seed, spec, sentences)
+            info = {**self.evaluate(model, set_name), **_stage(result)}
+            if sentences is not None:
+                info["train_sentences"] = sentences
+            return model, info
 
         return self.run(name, fn, keep)
 
@@ -704,6 +722,11 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "prev", "meta", "both"):
             r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=True)
+    # The control and the previous sentence on smaller training samples (``data_sizes``): how
+    # the previous sentence's gain grows with the data, at the same epochs and seed.
+    for n in conf.get("data_sizes", []):
+        for set_name in ("none", "prev"):
+            r.joint(f"t3_{set_name}_n{n}", set_name, sentences=n)
     stop_after = conf.get("stop_after")
     if stop_after == "t3":
         return

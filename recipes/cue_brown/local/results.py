@@ -303,6 +303,21 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             "measured against that control, not against the sentence LM alone.\n"
         )
     )
+    sizes = [*conf.get("data_sizes", []), stats["train"]["sentences"]]
+    if len(sizes) > 1:
+        add("### The previous sentence's gain against the training data\n")
+        add(
+            f"The control and the previous sentence trained on the first N sentences of the CUE "
+            f"training sample (a random subset), {schedule(tc)}, seed {seeds[0]}; the last row "
+            "is Table 3's.\n"
+        )
+        add("| CUE training sentences | control | + previous sentence | rel. PPL |")
+        add("|---|---|---|---|")
+        for n in sizes:
+            sfx = "" if n == sizes[-1] else f"_n{n}"
+            none, prev = t(f"t3_none{sfx}"), t(f"t3_prev{sfx}")
+            add(f"| {n:,} | {fmt(none)} | {fmt(prev)} | {rel(prev, none)} |")
+        add("")
     cache_section(add, load(runs / "cache_split.json"))
     short = {n: load(exp / "short_schedule" / f"t3_{n}" / "result.json") for n in rows3_sets}
     if all(short.values()):
