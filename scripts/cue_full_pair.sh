@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Train CUE's converged_cpu_full configuration on the two cores. One process trains t3_none and
-# t3_meta, the other t3_prev and t3_both (`--only`). Each stage resumes from its last finished
-# epoch, so run this again after a kill. Each process rebuilds the results tables when its runs
-# are done; the one that finishes last writes the complete table.
-#   bash scripts/cue_full_pair.sh        # logs in recipes/cue_brown/exp/converged_cpu_full/
+# Train CUE's converged_cpu_full configuration on the two cores: two processes, each given a
+# comma-separated list of runs (`--only`); by default one trains t3_none and t3_meta, the other
+# t3_prev and t3_both. Each stage resumes from its last finished epoch, so run this again after a
+# kill. Each process rebuilds the results tables when its runs are done; the one that finishes
+# last writes the complete table; then the cache analysis of the kept models and the tables again.
+#   bash scripts/cue_full_pair.sh [RUNS_A RUNS_B]   # logs in recipes/cue_brown/exp/converged_cpu_full/
+#   bash scripts/cue_full_pair.sh t3_none_seed1,t3_none_seed2 t3_prev_seed1,t3_prev_seed2
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -16,6 +18,11 @@ one() {
   .venv/bin/python recipes/cue_brown/local/results.py tables "$E" recipes/cue_brown/converged_cpu_full --conf "$C"
 }
 mkdir -p recipes/cue_brown/converged_cpu_full
-one t3_none,t3_meta >> "$E/run_a.log" 2>&1 &
-one t3_prev,t3_both >> "$E/run_b.log" 2>&1 &
+one "${1:-t3_none,t3_meta}" >> "$E/run_a.log" 2>&1 &
+one "${2:-t3_prev,t3_both}" >> "$E/run_b.log" 2>&1 &
 wait
+# The cache analysis of every kept Table 3 model, then the tables with it.
+{
+  nice -n 5 .venv/bin/python recipes/cue_brown/local/cue_brown.py cache "$C" "$E" "$DATA"
+  .venv/bin/python recipes/cue_brown/local/results.py tables "$E" recipes/cue_brown/converged_cpu_full --conf "$C"
+} >> "$E/run_a.log" 2>&1

@@ -100,7 +100,7 @@ def test_table3_spread_over_finished_seeds_and_paired_change(tmp_path):
     assert prev[2] == "894.4 ± 5.6 (2 of 3 seeds)"
     # seed by seed against the control of the same seed; seed 2 not run yet
     assert prev[3] == "-10.0 / -12.0 / – %"
-    meta = rows["+ metadata (genre, source, document)"]
+    meta = rows["+ metadata (genre, source)"]
     assert meta[:4] == ["–", "–", "–", "–"]
 
 
@@ -166,3 +166,13 @@ def test_data_sizes_section(tmp_path):
     text = (here / "RESULTS.md").read_text()
     assert "| 5 | 1100.0 | 1078.0 | -2.0% |" in text
     assert "| 10 | 1000.0 | 900.0 | -10.0% |" in text  # all 10 sentences: Table 3's rows
+
+
+def test_document_id_rows_are_an_ablation(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_meta": 990.0, "t3_meta_doc": 995.0, "t3_both_doc": 950.0}
+    rows = table3(tmp_path, runs)
+    assert rows["+ metadata (genre, source)"][:2] == ["990.0", "-1.0%"]
+    ablation = rows["ablation: + metadata with the document id (unseen at test)"]
+    assert ablation[:2] == ["995.0", "-0.5%"]
+    both = "ablation: + previous sentence + metadata with the document id (unseen at test)"
+    assert rows[both][:2] == ["950.0", "-5.0%"]

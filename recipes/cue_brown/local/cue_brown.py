@@ -718,6 +718,10 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # previous sentence first: the comparison a short budget must reach).
     for set_name in ("none", "prev", "meta", "both"):
         r.joint(f"t3_{set_name}", set_name, keep=True)  # kept: the cache analysis reads them
+    # Ablation: the metadata with the document id, where the conf's metadata leaves it out.
+    for set_name in ("meta_doc", "both_doc"):
+        if set_name in conf["sets"]:
+            r.joint(f"t3_{set_name}", set_name, keep=True)
     # Table 3 again with every extra seed (the rows ``stop_after: "t3"`` still runs).
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "prev", "meta", "both"):

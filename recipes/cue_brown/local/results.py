@@ -94,6 +94,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         return r(name).get(key)
 
     seeds = [conf["seed"], *conf.get("extra_seeds", [])]
+    meta_fields = conf["sets"]["meta"]
 
     def seeded_names(name: str) -> list[str]:
         """Run ``name`` for every seed (its first seed is the plain name)."""
@@ -239,8 +240,16 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     add(
         "- Contexts as English strings: `genre: press reportage`, `source: The Atlanta "
         "Constitution` (the text's line in Brown's CONTENTS), `document: ca01`, "
-        "`previous sentence: ...` (missing for a document's first sentence). Metadata = genre, "
-        "source, document; A = metadata, B = previous sentence."
+        "`previous sentence: ...` (missing for a document's first sentence). Metadata = "
+        f"{', '.join(meta_fields)}; A = metadata, B = previous sentence."
+        + (
+            " The document id is left out of the metadata: the test documents are never "
+            "training documents, so their ids are strings the model has not seen (the same "
+            "train/test mismatch as the LBL's `doc` attribute); the rows with it are an "
+            "ablation in Table 3."
+            if "meta_doc" in conf["sets"]
+            else ""
+        )
     )
     cfg = conf["cue"]
     add(
@@ -270,7 +279,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         ("(the frozen sentence LM alone, no decoder: not a row of the paper)", base, None),
         ("sentence-internal only (decoder trained with the empty-context vector)", control,
          "t3_none"),
-        ("+ metadata (genre, source, document)", t("t3_meta"), "t3_meta"),
+        (f"+ metadata ({', '.join(meta_fields)})", t("t3_meta"), "t3_meta"),
         ("+ previous sentence", t("t3_prev"), "t3_prev"),
         ("+ previous sentence + metadata", full, "t3_both"),
     ]  # fmt: skip
@@ -281,6 +290,16 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"{paired(name, 't3_none') if name and name != 't3_none' else '–'} | "
             f"{fmt(paper)} | {rel(paper, PAPER_T3[1]) if paper not in (None, 36.6) else '–'} |"
         )
+    for name, label in (
+        ("t3_meta_doc", "metadata with the document id"),
+        ("t3_both_doc", "previous sentence + metadata with the document id"),
+    ):
+        if name[3:] in conf["sets"]:
+            v = t(name)
+            add(
+                f"| ablation: + {label} (unseen at test) | {fmt(v)} | {rel(v, control)} | "
+                f"– | – | – | – |"
+            )
     warm = [(n, t(f"t3_{n}_warm")) for n in ("none", "both")]
     if all(v is not None for _, v in warm):
         for (n, v), label in zip(warm, ("sentence-internal only", "+ previous sentence + metadata"),
