@@ -133,10 +133,11 @@ def test_cache_split_bins_words_by_their_own_context():
     got = drv.cache_split(list(zip(base, ctx, strict=True)), rows, ["prev"])
     assert got["words"] == 5  # 3 words and 2 </s>
     assert got["in_share"] == pytest.approx(1 / 5)  # "a" only ("b" is the genre's word)
-    assert got["in_gain"] == pytest.approx(0.5)  # 2 -> 1 nats
+    assert got["in_gain"] == pytest.approx(np.e - 1)  # 2 -> 1 nats: P times e
     assert got["out_share"] == pytest.approx(2 / 5)  # "b", "c"
-    assert got["out_gain"] == pytest.approx((7 - 5) / 7)
-    assert got["all_gain"] == pytest.approx((11 - 7.5) / 11)
+    assert got["out_gain"] == pytest.approx(np.exp((7 - 5) / 2) - 1)
+    assert got["all_gain"] == pytest.approx(np.exp((11 - 7.5) / 5) - 1)
+    assert got["all_gain"] == pytest.approx(got["all_ppl_control"] / got["all_ppl_context"] - 1)
     assert got["in_ppl_control"] == pytest.approx(np.exp(2.0))
     # the genre's words count as context once the genre is read
     both = drv.cache_split(list(zip(base, ctx, strict=True)), rows, ["prev", "genre"])

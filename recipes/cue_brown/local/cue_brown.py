@@ -882,9 +882,14 @@ def cache_split(
     """The paper's cache analysis (section 5, "whether a sentence's context behaves like a
     cache"): the test words split into those that occur in the sentence's own context values
     (``names``) and the rest; in each bin the share of words and the relative gain in
-    log-likelihood of the context model over the control, (NLL_control - NLL_context) /
-    NLL_control. ``word_lp`` holds per sentence the (control, context) ln P of each word and
-    of </s>; </s> counts in ``all`` only."""
+    likelihood of the context model over the control: the geometric mean over the bin's words
+    of P_context / P_control, minus 1 (the bin's perplexity ratio control / context, minus 1).
+    That is the reading of the paper's "relative gain in log likelihood" its figures agree
+    with: 30 % of the tokens gaining 74 % and 70 % gaining 26 % make a perplexity ratio of
+    1.39, against 36.6 / 27.4 = 1.34 for its full model (a fraction of the log-likelihood
+    could not gain 26 % on 70 % of the tokens when the total changes by 8 %). ``word_lp``
+    holds per sentence the (control, context) ln P of each word and of </s>; </s> counts in
+    ``all`` only."""
     nll = {b: [0.0, 0.0] for b in ("in", "out", "all")}
     count = {"in": 0, "out": 0, "all": 0}
     for (base, ctx), row in zip(word_lp, rows, strict=True):
@@ -902,7 +907,7 @@ def cache_split(
     for b in ("in", "out", "all"):
         control, context = nll[b]
         out[f"{b}_share"] = count[b] / count["all"]
-        out[f"{b}_gain"] = (control - context) / control if control else 0.0
+        out[f"{b}_gain"] = math.exp((control - context) / count[b]) - 1 if count[b] else 0.0
         out[f"{b}_ppl_control"] = math.exp(control / count[b]) if count[b] else math.nan
         out[f"{b}_ppl_context"] = math.exp(context / count[b]) if count[b] else math.nan
     return out

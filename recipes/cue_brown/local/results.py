@@ -632,9 +632,12 @@ def cache_section(add: Any, split: dict[str, dict] | None) -> None:
     add(
         "The paper's analysis (section 5): the test words split into those that occur in the "
         "sentence's own context values (here the previous sentence's words, and for metadata "
-        "the genre, source and document strings) and the rest; in each bin the relative gain "
-        "in log-likelihood over the control of the same seed, (NLL control - NLL context) / "
-        "NLL control. Ours per word (a word's pieces summed), the paper's per word piece.\n"
+        "the genre and source strings) and the rest; in each bin the relative gain in "
+        "likelihood over the control of the same seed: the geometric mean of P(context) / "
+        "P(control) over the bin's words, minus 1 (the bin's perplexity ratio minus 1; the "
+        "reading of the paper's 'relative gain in log likelihood' its own figures agree with: "
+        "30 % of tokens at +74 % and 70 % at +26 % make its full model's 36.6 / 27.4). Ours "
+        "per word (a word's pieces summed), the paper's per word piece.\n"
     )
     add(
         "| run | words in the context | gain on them | gain on the rest | gain on all | "
@@ -650,7 +653,8 @@ def cache_section(add: Any, split: dict[str, dict] | None) -> None:
     share, gain_in, gain_out = PAPER_CACHE
     add(
         f"| paper (NYT, previous sentence, title and 9 more types) | {100 * share:.0f} % | "
-        f"{100 * gain_in:.0f} % | {100 * gain_out:.0f} % | – | – |\n"
+        f"{100 * gain_in:.0f} % | {100 * gain_out:.0f} % | "
+        f"{100 * (PAPER_T3[1] / PAPER_T3[4] - 1):.1f} % (36.6 / 27.4) | – |\n"
     )
 
 
