@@ -13,16 +13,17 @@ import pytest
 from tests.paths import REPO
 
 
-def load_results():
+def load_local(name: str):
+    """A module of recipes/cue_brown/local/ (the recipe's scripts are not a package)."""
     spec = importlib.util.spec_from_file_location(
-        "cue_brown_results", REPO / "recipes" / "cue_brown" / "local" / "results.py"
+        f"cue_brown_{name}", REPO / "recipes" / "cue_brown" / "local" / f"{name}.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-res = load_results()
+res = load_local("results")
 
 SPLIT = {"sentences": 10, "words": 100, "tokens": 110, "units": 130, "oov_rate": 0.0}
 STATS = {
@@ -113,17 +114,8 @@ def test_table3_all_seeds_finished(tmp_path):
     assert prev[3] == "-10.0 / -9.0 / -8.0 %"
 
 
-def load_driver():
-    spec = importlib.util.spec_from_file_location(
-        "cue_brown_driver", REPO / "recipes" / "cue_brown" / "local" / "cue_brown.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_cache_split_bins_words_by_their_own_context():
-    drv = load_driver()
+    drv = load_local("cue_brown")
     rows = [
         {"words": ["a", "b"], "fields": {"prev": "a c", "genre": "b"}},
         {"words": ["c"], "fields": {"genre": "c"}},  # no previous sentence: nothing cached
