@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.paths import REPO
 
@@ -169,3 +170,27 @@ def test_document_id_rows_are_an_ablation(tmp_path):
     assert ablation[:2] == ["995.0", "-0.5%"]
     both = "ablation: + previous sentence + metadata with the document id (unseen at test)"
     assert rows[both][:2] == ["950.0", "-5.0%"]
+
+
+CONF = REPO / "recipes/cue_brown/conf/converged_cpu_full.json"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(None, "test.json: missing"), ("", "line 1: not JSON"), ('[{"words": []},\n{x', "line 2")],
+)
+def test_cache_stage_refuses_missing_or_damaged_data_in_one_line(tmp_path, capsys, text, expected):
+    drv = load_local("cue_brown")
+    if text is not None:
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "test.json").write_text(text)
+    threads = torch.get_num_threads()  # main() sets the thread count: restored after
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            drv.main(["cache", str(CONF), str(tmp_path), str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("cue_brown.py: error: ") and expected in err[-1]
+    assert "Traceback" not in "\n".join(err)

@@ -90,6 +90,10 @@ STAGE = "stage"
 _CONTENTS_RE = re.compile(r"^([A-R])(\d\d)\.\s+(.*\S)\s*$")
 
 
+class SettingError(ValueError):
+    """A conf key or command-line option this recipe cannot run with (exit status 2)."""
+
+
 def write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -231,7 +235,12 @@ def load_rows(exp: Path, name: str) -> list[dict]:
     path = exp / "data" / f"{name}.json"
     if name.startswith("adapt_") and not path.exists():
         return []
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise SettingError(
+            f"{path}: line {err.lineno}: not JSON ({err.msg}); rerun stage 1"
+        ) from None
 
 
 # -- stage: embed -------------------------------------------------------------------------------
@@ -604,12 +613,7 @@ class Runner:
         resumable (:meth:`next_stage`)."""
         seeded = {} if seed is None else {"seed": seed}
         train = self.s.data("train", set_name, spec)
-        if sentences is not None:
-            if not 0 < sentences <= len(train.sentences):
-                raise ValueError(
-                    f"sentences must be in 1..{len(train.sentences)} (the training sample), "
-                    f"got {sentences}"
-                )
+        if sentences is not None:  # checked against the sample in experiments()
             train = CUEData(train.sentences[:sentences], train.contexts[:sentences], train.table)
         return train_cue(
             model,
@@ -698,13 +702,21 @@ def _stage(result: Any) -> dict:
 
 def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> None:
     """Every run of the tables (those named in ``only``, when given: a name the configuration
-    has no run of is a ValueError, raised after the runs)."""
+    has no run of is a :class:`SettingError`, raised after the runs; so is a ``data_sizes``
+    entry outside the training sample, raised before them)."""
     setup = Setup(conf, exp, conf["embedder"])
+    n_train = len(setup.rows["train"])
+    bad = [n for n in conf.get("data_sizes", []) if not (isinstance(n, int) and 0 < n <= n_train)]
+    if bad:
+        raise SettingError(
+            f"data_sizes must be sentence counts in 1..{n_train} (the CUE training sample), "
+            f"got {bad}"
+        )
     r = Runner(setup, only)
     _all_runs(r, conf, exp, setup)
     unknown = sorted((only or frozenset()) - r.seen)
     if unknown:
-        raise ValueError(
+        raise SettingError(
             f"--only names runs this configuration does not have: {unknown} "
             f"(it has {sorted(r.seen)})"
         )
@@ -919,6 +931,8 @@ def cache_analysis(conf: dict, exp: Path) -> None:
     from lm_models.cue.model import load_cue
 
     runs = exp / "runs"
+    if not (exp / "data" / "test.json").is_file():
+        raise SettingError(f"{exp / 'data' / 'test.json'}: missing (run stages 1-4 first)")
     rows = load_rows(exp, "test")[: conf["data"].get("eval_test_sentences")]
     sentences = [r["words"] for r in rows]
     seeds = [conf["seed"], *conf.get("extra_seeds", [])]
@@ -972,24 +986,28 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or min(2, os.cpu_count() or 1)))
     conf = json.loads(args.conf.read_text(encoding="utf-8"))
     conf["sets"].update(partition_sets(conf))  # pK_A / pK_B: random partitions of the types
-    if args.stage == "prepare":
-        prepare(conf, args.exp, args.data_dir)
-    elif args.stage == "embed":
-        embed(conf, args.exp, conf["embedder"])
-        embed(conf, args.exp, "hash:384")
-    elif args.stage == "pretrain":
-        pretrain(conf, args.exp)
-    elif args.stage == "cache":
-        cache_analysis(conf, args.exp)
+    only = frozenset(n for n in args.only.split(",") if n) if args.only else None
+    try:
+        run_stage(args.stage, conf, args.exp, args.data_dir, only)
+    except SettingError as err:
+        print(f"cue_brown.py: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def run_stage(
+    stage: str, conf: dict, exp: Path, data_dir: Path, only: frozenset[str] | None
+) -> None:
+    if stage == "prepare":
+        prepare(conf, exp, data_dir)
+    elif stage == "embed":
+        embed(conf, exp, conf["embedder"])
+        embed(conf, exp, "hash:384")
+    elif stage == "pretrain":
+        pretrain(conf, exp)
+    elif stage == "cache":
+        cache_analysis(conf, exp)
     else:
-        only = frozenset(n for n in args.only.split(",") if n) if args.only else None
-        try:
-            experiments(conf, args.exp, only)
-        except ValueError as err:
-            if "--only" not in str(err):
-                raise
-            print(f"cue_brown.py: error: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
+        experiments(conf, exp, only)
 
 
 if __name__ == "__main__":

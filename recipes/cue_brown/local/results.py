@@ -322,8 +322,10 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             "measured against that control, not against the sentence LM alone.\n"
         )
     )
-    sizes = [*conf.get("data_sizes", []), stats["train"]["sentences"]]
-    if len(sizes) > 1:
+    # (sentences, run suffix): each data size, then Table 3's own rows on the whole sample
+    sizes = [(n, f"_n{n}") for n in conf.get("data_sizes", [])]
+    if sizes:
+        sizes.append((stats["train"]["sentences"], ""))
         add("### The previous sentence's gain against the training data\n")
         add(
             f"The control and the previous sentence trained on the first N sentences of the CUE "
@@ -332,8 +334,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         )
         add("| CUE training sentences | control | + previous sentence | rel. PPL |")
         add("|---|---|---|---|")
-        for n in sizes:
-            sfx = "" if n == sizes[-1] else f"_n{n}"
+        for n, sfx in sizes:
             none, prev = t(f"t3_none{sfx}"), t(f"t3_prev{sfx}")
             add(f"| {n:,} | {fmt(none)} | {fmt(prev)} | {rel(prev, none)} |")
         add("")
@@ -654,7 +655,7 @@ def cache_section(add: Any, split: dict[str, dict] | None) -> None:
     add(
         f"| paper (NYT, previous sentence, title and 9 more types) | {100 * share:.0f} % | "
         f"{100 * gain_in:.0f} % | {100 * gain_out:.0f} % | "
-        f"{100 * (PAPER_T3[1] / PAPER_T3[4] - 1):.1f} % (36.6 / 27.4) | – |\n"
+        f"{100 * (PAPER_T3[1] / PAPER_T3[4] - 1):.1f} % ({PAPER_T3[1]} / {PAPER_T3[4]}) | – |\n"
     )
 
 
