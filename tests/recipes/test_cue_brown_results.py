@@ -172,6 +172,28 @@ def test_document_id_rows_are_an_ablation(tmp_path):
     assert rows[both][:2] == ["950.0", "-5.0%"]
 
 
+def test_genre_alone_rows_only_where_the_conf_has_their_sets(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_meta_genre": 980.0, "t3_both_genre": 900.0}
+    rows = table3(tmp_path, runs)
+    assert rows["ablation: + the genre alone"][:2] == ["980.0", "-2.0%"]
+    assert rows["ablation: + previous sentence + the genre alone"][:2] == ["900.0", "-10.0%"]
+    exp, conf = make_exp(tmp_path / "without", runs)
+    c = json.loads(conf.read_text())
+    del c["sets"]["meta_genre"], c["sets"]["both_genre"]
+    conf.write_text(json.dumps(c))
+    res.tables(exp, tmp_path / "without", conf)
+    assert "genre alone" not in (tmp_path / "without" / "RESULTS.md").read_text()
+
+
+def test_ablation_runs_follow_the_conf_sets():
+    cue = load_local("cue_brown")
+    conf = json.loads(CONF.read_text())
+    assert set(cue.ABLATION_SETS) <= set(conf["sets"])
+    # every ablation set's fields are fields the conf can render
+    for name in cue.ABLATION_SETS:
+        assert all(f in conf["fields"] for f in conf["sets"][name])
+
+
 CONF = REPO / "recipes/cue_brown/conf/converged_cpu_full.json"
 
 

@@ -85,6 +85,9 @@ from lm_models.vocab import Vocabulary
 
 logger = logging.getLogger("cue_brown")
 
+# Table 3's ablation rows, each run where the conf defines its set (see ``_all_runs``).
+ABLATION_SETS = ("meta_doc", "both_doc", "meta_genre", "both_genre")
+
 # Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
 STAGE = "stage"
 _CONTENTS_RE = re.compile(r"^([A-R])(\d\d)\.\s+(.*\S)\s*$")
@@ -730,8 +733,9 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # previous sentence first: the comparison a short budget must reach).
     for set_name in ("none", "prev", "meta", "both"):
         r.joint(f"t3_{set_name}", set_name, keep=True)  # kept: the cache analysis reads them
-    # Ablation: the metadata with the document id, where the conf's metadata leaves it out.
-    for set_name in ("meta_doc", "both_doc"):
+    # Ablations, where the conf has their sets: the metadata with the document id (which the
+    # conf's metadata leaves out), and the genre alone (the one field that never names a text).
+    for set_name in ABLATION_SETS:
         if set_name in conf["sets"]:
             r.joint(f"t3_{set_name}", set_name, keep=True)
     # Table 3 again with every extra seed (the rows ``stop_after: "t3"`` still runs).

@@ -291,14 +291,16 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"{fmt(paper)} | {rel(paper, PAPER_T3[1]) if paper not in (None, 36.6) else '–'} |"
         )
     for name, label in (
-        ("t3_meta_doc", "metadata with the document id"),
-        ("t3_both_doc", "previous sentence + metadata with the document id"),
+        ("t3_meta_doc", "metadata with the document id (unseen at test)"),
+        ("t3_both_doc", "previous sentence + metadata with the document id (unseen at test)"),
+        ("t3_meta_genre", "the genre alone"),
+        ("t3_both_genre", "previous sentence + the genre alone"),
     ):
         if name[3:] in conf["sets"]:
             v = t(name)
             add(
-                f"| ablation: + {label} (unseen at test) | {fmt(v)} | {rel(v, control)} | "
-                f"– | – | – | – |"
+                f"| ablation: + {label} | {fmt(v)} | {rel(v, control)} | "
+                f"– | {paired(name, 't3_none')} | – | – |"
             )
     warm = [(n, t(f"t3_{n}_warm")) for n in ("none", "both")]
     if all(v is not None for _, v in warm):
