@@ -5,7 +5,8 @@
 #
 #   bash scripts/lease/device.sh start SECONDS NAME=CONF [NAME=CONF ...]
 #       train each CONF (an LSTM config) in the background, detached, as .lease/exp/NAME,
-#       with train.max_seconds = SECONDS (no epoch starts after it; the last one is saved)
+#       with train.max_seconds = SECONDS (no epoch starts after it; the last one is saved);
+#       a NAME started again on a warm machine resumes from its last epoch, its log appended
 #   bash scripts/lease/device.sh wait SECONDS   until every job has ended or SECONDS passed
 #   bash scripts/lease/device.sh status         each job's last log lines and the GPU
 #   bash scripts/lease/device.sh pack NAME...   best/ of each job in fp16, cut into parts
@@ -55,7 +56,7 @@ PYEOF
     log=$L/exp/$name.log
     echo "$(stamp) start $name ($conf, ${seconds}s) -> $log"
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} setsid nohup "$PY" -m rescorer train \
-      "$L/run/$name.json" --data-dir "$L/data" --out "$L/exp/$name" > "$log" 2>&1 < /dev/null &
+      "$L/run/$name.json" --data-dir "$L/data" --out "$L/exp/$name" >> "$log" 2>&1 < /dev/null &
     echo $! > "$L/exp/$name.pid"
   done
   ;;
@@ -108,6 +109,6 @@ send)
   echo "$(stamp) sent $n files ($((bytes / 1048576)) MiB); $left left to send"
   ;;
 *)
-  sed -n '2,16p' "$0"; exit 2
+  sed -n '2,17p' "$0"; exit 2
   ;;
 esac
