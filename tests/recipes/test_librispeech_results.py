@@ -45,3 +45,21 @@ def test_reach_counts_only_earlier_utterances_of_the_same_chapter() -> None:
     assert got["in_references"] == 1 and got["long_in_first_pass"] == 1
     shorter = reach(refs, hyps, nbest, 9)  # 'catalina' has 8 letters
     assert shorter["long_errors"] == 0 and shorter["in_first_pass"] == 1
+
+
+def test_held_out_names_books_or_sentences() -> None:
+    held_out = results_module().held_out
+    assert held_out({"split": [0.98, 0.02, 0.0], "plain_documents": "block"}) == (
+        "2% of the books held out"
+    )
+    assert held_out({"split": [0.99, 0.01, 0.0]}) == "1% of the book sentences held out"
+
+
+def test_context_rows_are_those_of_the_context_run_only() -> None:
+    m = results_module()
+    folders = {key: folder for key, _, folder in m.SYSTEMS}
+    assert set(folders) >= m.CONTEXT_ROWS
+    # the LSTM rows of LSTM=1 stay in a table written without --context
+    assert not {"3L", "3M", "4L"} & m.CONTEXT_ROWS
+    for key in m.CONTEXT_ROWS:
+        assert any(w in folders[key] for w in ("context", "previous", "cache")), key

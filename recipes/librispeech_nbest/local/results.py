@@ -51,6 +51,9 @@ SYSTEMS = [
         "4K2_all_cache_second_pass",
     ),
 ]
+# The rows of issue 16 (run.sh with CTX=1): in the table only with --context, since their
+# folders outlive a later run without it (and its models may be others by then).
+CONTEXT_ROWS = frozenset({"3N", "3C", "4N", "4C", "4C2", "3G", "3K", "4K", "4K2"})
 COMPARISONS = [
     ("2", "3"),
     ("2", "3a"),
@@ -148,10 +151,19 @@ def lstm_lines(exp: Path, lstm_dir: Path, every: int) -> list[str]:
         f"of the same books"
         + (f" in epochs of at most {steps} steps" if steps else "")
         + f", {run.training_words()}; best dev perplexity "
-        f"{run.dev_ppl:.1f} (epoch {run.best_epoch}; 1% of the book sentences held out). "
+        f"{run.dev_ppl:.1f} (epoch {run.best_epoch}; {held_out(run.config['data'])}). "
         f"Its features: {features}.",
         *sharing_lines(exp),
     ]
+
+
+def held_out(data: dict) -> str:
+    """What the LM's dev perplexity is over: held-out books (``plain_documents: block``, the
+    harder measure) or held-out sentences of the training books."""
+    share = f"{data['split'][1]:.0%}"
+    if data.get("plain_documents") == "block":
+        return f"{share} of the books held out"
+    return f"{share} of the book sentences held out"
 
 
 def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
@@ -304,9 +316,19 @@ def main() -> None:
         action="store_true",
         help="leave README.md's results section alone (a table written elsewhere with --out)",
     )
+    ap.add_argument(
+        "--context",
+        action="store_true",
+        help="the rows of the previous-utterance context and the cache (run.sh CTX=1)",
+    )
     args = ap.parse_args()
 
-    systems = [x for x in SYSTEMS if x[2] is None or (args.exp / x[2] / "dev_other").is_dir()]
+    systems = [
+        x
+        for x in SYSTEMS
+        if (x[2] is None or (args.exp / x[2] / "dev_other").is_dir())
+        and (args.context or x[0] not in CONTEXT_ROWS)
+    ]
     keys = {x[0] for x in systems}
     comparisons = [(a, b) for a, b in COMPARISONS if a in keys and b in keys]
     reports: dict[tuple[str, str], WerReport] = {}
@@ -325,7 +347,7 @@ def main() -> None:
                 refs, read_kaldi_text(args.exp / folder / s / "1best.txt")
             )
         cache_file = args.exp / "context" / "cache_nb.json"
-        if s == "dev_other" and cache_file.exists():
+        if s == "dev_other" and args.context and cache_file.exists():
             min_chars = CacheSpec.load(cache_file).min_chars
             reach = reach_of_context(
                 {u: tuple(w) for u, w in refs.items()},
@@ -361,10 +383,14 @@ def main() -> None:
         "dev_other (`TUNING.md` compares the tuning methods). Row 1 is the list order ESPnet "
         "produced.",
         *lstm_lines(args.exp, args.lstm_dir or args.exp / "lstm", args.lstm_every),
-        *context_lines(
-            args.exp,
-            args.ctx_model or args.exp / "lease" / "previous" / "best",
-            args.ctx_base or args.exp / "lease" / "word" / "best",
+        *(
+            context_lines(
+                args.exp,
+                args.ctx_model or args.exp / "lease" / "previous" / "best",
+                args.ctx_base or args.exp / "lease" / "word" / "best",
+            )
+            if args.context
+            else []
         ),
         *reach_text,
         '- "Our 4-gram" is two features, as `--lm` adds them: its natural-log sentence '
