@@ -13,7 +13,8 @@
 #   bash scripts/lease/device.sh send           the next parts into $OUT (8 files, 60 MiB)
 #
 # Environment: PY (python, default python3), LEASE_SMOKE=1 (a tiny model and a few steps of
-# each config: to try the kit on a CPU), OMP_NUM_THREADS per job (default 4).
+# each config: to try the kit on a CPU), OMP_NUM_THREADS per job (default 4), EPOCHS (start:
+# at most this many epochs, in place of the config's).
 set -euo pipefail
 PY=${PY:-python3}
 L=.lease
@@ -39,11 +40,13 @@ start)
   unpack_data
   for job in "$@"; do
     name=${job%%=*}; conf=${job#*=}
-    "$PY" - "$conf" "$L/run/$name.json" "$seconds" "${LEASE_SMOKE:-0}" <<'PYEOF'
+    "$PY" - "$conf" "$L/run/$name.json" "$seconds" "${LEASE_SMOKE:-0}" "${EPOCHS:-}" <<'PYEOF'
 import json, sys
 src, dst, seconds, smoke = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1"
 cfg = json.load(open(src))
 cfg["train"]["max_seconds"] = seconds
+if sys.argv[5]:  # EPOCHS: a pair trained to the same epoch count
+    cfg["train"]["epochs"] = int(sys.argv[5])
 if smoke:  # the same data path and kind of model, tiny and short
     cfg["model"].update(embed_dim=16, hidden_dim=16, num_layers=1)
     if cfg["model"].get("context_dim"):
@@ -109,6 +112,6 @@ send)
   echo "$(stamp) sent $n files ($((bytes / 1048576)) MiB); $left left to send"
   ;;
 *)
-  sed -n '2,17p' "$0"; exit 2
+  sed -n '2,18p' "$0"; exit 2
   ;;
 esac

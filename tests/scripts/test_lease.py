@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -107,3 +108,36 @@ def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
     part.write_bytes(b"x" + part.read_bytes()[1:])
     bad = sh(*unpack, *outs, "--dest", tmp_path / "bad", cwd=tmp_path)
     assert bad.returncode != 0 and "do not match" in bad.stderr
+
+
+@pytest.mark.slow  # two trainings, ~20 s
+def test_epochs_cap_and_a_resumed_start_appends_to_its_log(tmp_path: Path) -> None:
+    root = tmp_path / "device"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copytree(KIT, root / "scripts" / "lease")
+    for pkg in ("rescorer", "lm_models"):
+        (root / pkg).symlink_to(REPO / pkg)
+    carry = root / ".lease" / "carry"
+    carry.mkdir(parents=True)
+    text = write_text(tmp_path / "books.txt", 100)
+    subprocess.run(["gzip", "-c", str(text)], stdout=(carry / "books.txt.gz").open("wb"))
+    conf = {
+        "data": {"corpus": "plain", "path": "books.txt", "split": [0.9, 0.1, 0.0],
+                 "vocab_size": 100},
+        "model": {"mode": "unadapted", "embed_dim": 16, "hidden_dim": 16},
+        "train": {"epochs": 50, "batch_tokens": 400, "device": "cpu"},
+    }  # fmt: skip
+    (root / "word.json").write_text(json.dumps(conf))
+    trainer = root / ".lease" / "exp" / "w" / "last" / "trainer.json"
+    for epochs in (1, 2):  # the second start goes on from the first's last epoch
+        start = sh("bash", "scripts/lease/device.sh", "start", 300, "w=word.json", cwd=root,
+                   EPOCHS=str(epochs))  # fmt: skip
+        assert start.returncode == 0, start.stderr
+        sh("bash", "scripts/lease/device.sh", "wait", 240, cwd=root)
+        run_cfg = json.loads((root / ".lease" / "run" / "w.json").read_text())
+        assert run_cfg["train"]["epochs"] == epochs
+        assert [e["epoch"] for e in json.loads(trainer.read_text())["log"]] == list(
+            range(1, epochs + 1)
+        )
+    log = (root / ".lease" / "exp" / "w.log").read_text()
+    assert log.count("best dev perplexity") == 2  # both starts' lines, the first kept
