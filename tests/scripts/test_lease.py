@@ -27,8 +27,9 @@ def sh(*args: object, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
-    # the device's copy of the tree: the kit and the package, .lease/carry with the data
+def device_tree(tmp_path: Path, lines: int, dim: int) -> Path:
+    """The device's copy of the tree: the kit and the package, .lease/carry with the data, and
+    word.json, a small LSTM over it."""
     root = tmp_path / "device"
     (root / "scripts").mkdir(parents=True)
     shutil.copytree(KIT, root / "scripts" / "lease")
@@ -36,15 +37,20 @@ def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
         (root / pkg).symlink_to(REPO / pkg)
     carry = root / ".lease" / "carry"
     carry.mkdir(parents=True)
-    text = write_text(tmp_path / "books.txt", 300)
+    text = write_text(tmp_path / "books.txt", lines)
     subprocess.run(["gzip", "-c", str(text)], stdout=(carry / "books.txt.gz").open("wb"))
     conf = {
         "data": {"corpus": "plain", "path": "books.txt", "split": [0.9, 0.1, 0.0],
                  "vocab_size": 100},
-        "model": {"mode": "unadapted", "embed_dim": 32, "hidden_dim": 48},
+        "model": {"mode": "unadapted", "embed_dim": dim, "hidden_dim": dim},
         "train": {"epochs": 50, "batch_tokens": 400, "device": "cpu"},
     }  # fmt: skip
     (root / "word.json").write_text(json.dumps(conf))
+    return root
+
+
+def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
+    root = device_tree(tmp_path, 300, 48)
     start = sh("bash", "scripts/lease/device.sh", "start", 3, "w=word.json", cwd=root)
     assert start.returncode == 0, start.stderr
     waited = sh("bash", "scripts/lease/device.sh", "wait", 240, cwd=root)
@@ -95,7 +101,7 @@ def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
             "--lm",
             f"torch:{b}",
             "--text",
-            text,
+            tmp_path / "books.txt",
             cwd=REPO,
         )  # fmt: skip
         for b in (best, dest / "w" / "best")
@@ -112,22 +118,7 @@ def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # two trainings, ~20 s
 def test_epochs_cap_and_a_resumed_start_appends_to_its_log(tmp_path: Path) -> None:
-    root = tmp_path / "device"
-    (root / "scripts").mkdir(parents=True)
-    shutil.copytree(KIT, root / "scripts" / "lease")
-    for pkg in ("rescorer", "lm_models"):
-        (root / pkg).symlink_to(REPO / pkg)
-    carry = root / ".lease" / "carry"
-    carry.mkdir(parents=True)
-    text = write_text(tmp_path / "books.txt", 100)
-    subprocess.run(["gzip", "-c", str(text)], stdout=(carry / "books.txt.gz").open("wb"))
-    conf = {
-        "data": {"corpus": "plain", "path": "books.txt", "split": [0.9, 0.1, 0.0],
-                 "vocab_size": 100},
-        "model": {"mode": "unadapted", "embed_dim": 16, "hidden_dim": 16},
-        "train": {"epochs": 50, "batch_tokens": 400, "device": "cpu"},
-    }  # fmt: skip
-    (root / "word.json").write_text(json.dumps(conf))
+    root = device_tree(tmp_path, 100, 16)
     trainer = root / ".lease" / "exp" / "w" / "last" / "trainer.json"
     for epochs in (1, 2):  # the second start goes on from the first's last epoch
         start = sh("bash", "scripts/lease/device.sh", "start", 300, "w=word.json", cwd=root,
