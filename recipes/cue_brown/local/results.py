@@ -300,7 +300,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             v = t(name)
             add(
                 f"| ablation: + {label} | {fmt(v)} | {rel(v, control)} | "
-                f"– | {paired(name, 't3_none')} | – | – |"
+                "– | – | – | – |"  # one seed: the ablations have no extra-seed runs
             )
     warm = [(n, t(f"t3_{n}_warm")) for n in ("none", "both")]
     if all(v is not None for _, v in warm):
