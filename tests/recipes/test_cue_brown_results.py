@@ -216,3 +216,24 @@ def test_cache_stage_refuses_missing_or_damaged_data_in_one_line(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cue_brown.py: error: ") and expected in err[-1]
     assert "Traceback" not in "\n".join(err)
+
+
+def test_ablation_seeds_outside_extra_seeds_refused_before_any_run(tmp_path):
+    drv = load_local("cue_brown")
+    for bad in ({"both_genre": [1, 3]}, {"prev": [1]}, {"no_such_set": [1]}):
+        conf = json.loads(CONF.read_text()) | {"extra_seeds": [1, 2], "ablation_seeds": bad}
+        with pytest.raises(drv.SettingError, match=r"ablation_seeds: expected"):
+            drv.experiments(conf, tmp_path)  # an empty exp: refused before reading any data
+
+
+def test_ablation_rows_spread_over_ablation_seeds(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_none_seed1": 1010.0, "t3_both_genre": 900.0,
+            "t3_both_genre_seed1": 919.0, "t3_both_doc": 950.0}  # fmt: skip
+    exp, conf = make_exp(tmp_path, runs, ablation_seeds={"both_genre": [1]})
+    res.tables(exp, tmp_path, conf)
+    text = (tmp_path / "RESULTS.md").read_text()
+    row = next(r for r in text.splitlines() if "previous sentence + the genre alone" in r)
+    cells = [c.strip() for c in row.split(" | ")]
+    assert cells[1:5] == ["900.0", "-10.0%", "909.5 ± 9.5", "-10.0 / -9.0 %"]
+    doc = next(r for r in text.splitlines() if "previous sentence + metadata with the doc" in r)
+    assert [c.strip() for c in doc.split(" | ")][1:5] == ["950.0", "-5.0%", "–", "–"]  # 1 seed

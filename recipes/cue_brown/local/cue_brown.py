@@ -30,6 +30,8 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
 - ``data_sizes``: Table 3's control and previous-sentence rows again, trained on the first N
   sentences of the (randomly ordered) CUE training sample for each N listed, with the same
   epochs and seed: how the previous sentence's gain grows with the training data.
+- ``ablation_seeds``: ``{set: [seed, ...]}``, extra seeds (among ``extra_seeds``) for some of
+  Table 3's ablation rows (``ABLATION_SETS``), each paired with the control of its seed.
 - ``stop_after``: ``"t3"`` ends the experiments after Table 3 (and pretraining skips the proxy
   auto-encoder): the context sets alone, for a budget that cannot hold every table; ``"t5"``
   runs Table 3, then Table 5's rows without the proxy (A = metadata adapted to B = previous
@@ -706,7 +708,16 @@ def _stage(result: Any) -> dict:
 def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> None:
     """Every run of the tables (those named in ``only``, when given: a name the configuration
     has no run of is a :class:`SettingError`, raised after the runs; so is a ``data_sizes``
-    entry outside the training sample, raised before them)."""
+    entry outside the training sample, or an ``ablation_seeds`` one outside ``extra_seeds``,
+    raised before them)."""
+    for set_name, more in conf.get("ablation_seeds", {}).items():
+        stray = sorted(set(more) - set(conf.get("extra_seeds", [])))
+        if set_name not in ABLATION_SETS or set_name not in conf["sets"] or stray:
+            raise SettingError(
+                f"ablation_seeds: expected {{set: seeds}} with a set of {list(ABLATION_SETS)} "
+                f"the conf defines and seeds among extra_seeds {conf.get('extra_seeds', [])} "
+                f"(each is paired with that seed's control), got {set_name!r}: {more}"
+            )
     setup = Setup(conf, exp, conf["embedder"])
     n_train = len(setup.rows["train"])
     bad = [n for n in conf.get("data_sizes", []) if not (isinstance(n, int) and 0 < n <= n_train)]
@@ -741,6 +752,9 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # Table 3 again with every extra seed (the rows ``stop_after: "t3"`` still runs).
     for seed in conf.get("extra_seeds", []):
         for set_name in ("none", "prev", "meta", "both"):
+            r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=True)
+    for set_name, more in conf.get("ablation_seeds", {}).items():
+        for seed in more:
             r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=True)
     # The control and the previous sentence on smaller training samples (``data_sizes``): how
     # the previous sentence's gain grows with the data, at the same epochs and seed.

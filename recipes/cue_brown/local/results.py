@@ -96,28 +96,28 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     seeds = [conf["seed"], *conf.get("extra_seeds", [])]
     meta_fields = conf["sets"]["meta"]
 
-    def seeded_names(name: str) -> list[str]:
-        """Run ``name`` for every seed (its first seed is the plain name)."""
-        return [name if s == seeds[0] else f"{name}_seed{s}" for s in seeds]
+    def seeded_names(name: str, among: list[int]) -> list[str]:
+        """Run ``name`` for every seed of ``among`` (the first seed is the plain name)."""
+        return [name if s == seeds[0] else f"{name}_seed{s}" for s in among]
 
-    def per_seed(name: str) -> list[float | None]:
-        """Test PPL of run ``name`` for every seed."""
-        return [t(n) for n in seeded_names(name)]
+    def per_seed(name: str, among: list[int] = seeds) -> list[float | None]:
+        """Test PPL of run ``name`` for every seed of ``among``."""
+        return [t(n) for n in seeded_names(name, among)]
 
-    def spread(name: str) -> str:
+    def spread(name: str, among: list[int] = seeds) -> str:
         """mean ± half-range over the finished seeds, "(k of n seeds)" while some are not
         finished, "–" with fewer than two."""
-        vals = [v for v in per_seed(name) if v is not None]
+        vals = [v for v in per_seed(name, among) if v is not None]
         if len(vals) < 2:
             return "–"
-        part = "" if len(vals) == len(seeds) else f" ({len(vals)} of {len(seeds)} seeds)"
+        part = "" if len(vals) == len(among) else f" ({len(vals)} of {len(among)} seeds)"
         return mean_range(vals) + part
 
-    def paired(name: str, ref: str) -> str:
+    def paired(name: str, ref: str, among: list[int] = seeds) -> str:
         """Relative change against ``ref`` seed by seed (same seed = same initialisation of
         the shared parts and the same batch order); "–" for a seed either run has not
         finished, "–" in all with a single seed."""
-        a, b = per_seed(name), per_seed(ref)
+        a, b = per_seed(name, among), per_seed(ref, among)
         if len(a) < 2 or all(x is None or y is None for x, y in zip(a, b, strict=True)):
             return "–"
         return (
@@ -298,9 +298,12 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     ):
         if name[3:] in conf["sets"]:
             v = t(name)
+            # the first seed and the set's ``ablation_seeds``
+            among = [conf["seed"], *conf.get("ablation_seeds", {}).get(name[3:], [])]
             add(
                 f"| ablation: + {label} | {fmt(v)} | {rel(v, control)} | "
-                "– | – | – | – |"  # one seed: the ablations have no extra-seed runs
+                f"{spread(name, among)} | {paired(name, 't3_none', among)} | "
+                "– | – |"
             )
     warm = [(n, t(f"t3_{n}_warm")) for n in ("none", "both")]
     if all(v is not None for _, v in warm):
@@ -551,7 +554,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         p, a = r(p_name), r(a_name)
         if not p or not a:
             continue
-        p_seeds = [t(n, "proxy_test_ppl") for n in seeded_names(p_name)]
+        p_seeds = [t(n, "proxy_test_ppl") for n in seeded_names(p_name, seeds)]
         a_seeds = per_seed(a_name)
         complete = all(v is not None for v in (*p_seeds, *a_seeds))
         xs.append(s)
