@@ -30,7 +30,7 @@ unpack_data() {  # the carried text, gunzipped once
     [ -s "$txt" ] || gunzip -c "$gz" > "$txt"
   done
   for f in "$L"/carry/*; do  # everything else (tokenizer models) beside the text
-    case "$f" in *.gz) ;; *) [ -f "$f" ] && cp -f "$f" "$L/data/" ;; esac
+    case "$f" in *.gz) ;; *) if [ -f "$f" ]; then cp -f "$f" "$L/data/"; fi ;; esac
   done
 }
 
@@ -46,6 +46,8 @@ src, dst, seconds, smoke = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.arg
 cfg = json.load(open(src))
 cfg["train"]["max_seconds"] = seconds
 if sys.argv[5]:  # EPOCHS: a pair trained to the same epoch count
+    if not sys.argv[5].isdigit() or int(sys.argv[5]) < 1:
+        sys.exit(f"device.sh: EPOCHS must be a positive integer, got {sys.argv[5]!r}")
     cfg["train"]["epochs"] = int(sys.argv[5])
 if smoke:  # the same data path and kind of model, tiny and short
     cfg["model"].update(embed_dim=16, hidden_dim=16, num_layers=1)
