@@ -102,7 +102,7 @@ def test_table3_spread_over_finished_seeds_and_paired_change(tmp_path):
     assert prev[2] == "894.4 ± 5.6 (2 of 3 seeds)"
     # seed by seed against the control of the same seed; seed 2 not run yet
     assert prev[3] == "-10.0 / -12.0 / – %"
-    meta = rows["+ metadata (genre, source)"]
+    meta = rows["+ metadata (genre)"]
     assert meta[:4] == ["–", "–", "–", "–"]
 
 
@@ -162,27 +162,51 @@ def test_data_sizes_section(tmp_path):
     assert "| 10 | 1000.0 | 900.0 | -10.0% |" in text  # all 10 sentences: Table 3's rows
 
 
-def test_document_id_rows_are_an_ablation(tmp_path):
-    runs = {"t3_none": 1000.0, "t3_meta": 990.0, "t3_meta_doc": 995.0, "t3_both_doc": 950.0}
-    rows = table3(tmp_path, runs)
-    assert rows["+ metadata (genre, source)"][:2] == ["990.0", "-1.0%"]
-    ablation = rows["ablation: + metadata with the document id (unseen at test)"]
-    assert ablation[:2] == ["995.0", "-0.5%"]
-    both = "ablation: + previous sentence + metadata with the document id (unseen at test)"
-    assert rows[both][:2] == ["950.0", "-5.0%"]
+def test_fields_that_name_a_text_are_ablations_with_their_unseen_share(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_meta": 990.0, "t3_meta_doc": 995.0, "t3_both_source": 950.0}
+    exp, conf = make_exp(tmp_path, runs)
+    # the training sentences know one source and one document; of the 10 test sentences
+    # 3 have that source and none that document
+    fields = {"genre": "news", "source": "S1", "document": "ca01"}
+    (exp / "data" / "train.json").write_text(json.dumps([{"words": ["a"], "fields": fields}]))
+    test = [
+        {
+            "words": ["a", "b"],
+            "fields": fields | {"source": "S1" if i < 3 else "S2", "document": "cb02"},
+        }
+        for i in range(10)
+    ]
+    (exp / "data" / "test.json").write_text(json.dumps(test))
+    res.tables(exp, tmp_path, conf)
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "Left out of the metadata: the source (unseen in training for 70 % of the test " in text
+    assert "the document (unseen in training for 100 % of the test sentences)" in text
+    section = text.split("## Table 3 layout")[1].split("\n## ")[0]
+    rows = {r.split(" | ")[0].lstrip("| "): [c.strip() for c in r.split(" | ")[1:]]
+            for r in section.splitlines() if r.startswith("| ")}  # fmt: skip
+    assert rows["+ metadata (genre)"][:2] == ["990.0", "-1.0%"]
+    source = "genre + source (unseen in training: 70 %)"
+    assert rows[f"ablation: + {source} + previous sentence"][:2] == ["950.0", "-5.0%"]
+    doc = f"ablation: + {source} + document (unseen in training: 100 %)"
+    assert rows[doc][:2] == ["995.0", "-0.5%"]
+    # the source rows first, then the document's; a row whose run has not finished shows "–"
+    labels = [k for k in rows if k.startswith("ablation")]
+    assert labels[0] == f"ablation: + {source}" and rows[labels[0]][0] == "–"
+    assert labels.index(doc) > labels.index(f"ablation: + {source} + previous sentence")
 
 
-def test_genre_alone_rows_only_where_the_conf_has_their_sets(tmp_path):
-    runs = {"t3_none": 1000.0, "t3_meta_genre": 980.0, "t3_both_genre": 900.0}
-    rows = table3(tmp_path, runs)
-    assert rows["ablation: + the genre alone"][:2] == ["980.0", "-2.0%"]
-    assert rows["ablation: + previous sentence + the genre alone"][:2] == ["900.0", "-10.0%"]
+def test_ablation_rows_only_where_the_conf_has_their_sets(tmp_path):
+    runs = {"t3_none": 1000.0, "t3_meta_source": 980.0}
+    assert table3(tmp_path, runs)["ablation: + genre + source"][:2] == ["980.0", "-2.0%"]
     exp, conf = make_exp(tmp_path / "without", runs)
     c = json.loads(conf.read_text())
-    del c["sets"]["meta_genre"], c["sets"]["both_genre"]
+    for name in ("meta_source", "both_source", "meta_doc", "both_doc"):
+        del c["sets"][name]
+    c["ablation_seeds"] = {}
     conf.write_text(json.dumps(c))
     res.tables(exp, tmp_path / "without", conf)
-    assert "genre alone" not in (tmp_path / "without" / "RESULTS.md").read_text()
+    text = (tmp_path / "without" / "RESULTS.md").read_text()
+    assert "ablation: +" not in text and "Left out of the metadata" not in text
 
 
 def test_ablation_runs_follow_the_conf_sets():
@@ -220,20 +244,20 @@ def test_cache_stage_refuses_missing_or_damaged_data_in_one_line(tmp_path, capsy
 
 def test_ablation_seeds_outside_extra_seeds_refused_before_any_run(tmp_path):
     drv = load_local("cue_brown")
-    for bad in ({"both_genre": [1, 3]}, {"prev": [1]}, {"no_such_set": [1]}):
+    for bad in ({"both_source": [1, 3]}, {"prev": [1]}, {"no_such_set": [1]}):
         conf = json.loads(CONF.read_text()) | {"extra_seeds": [1, 2], "ablation_seeds": bad}
         with pytest.raises(drv.SettingError, match=r"ablation_seeds: expected"):
             drv.experiments(conf, tmp_path)  # an empty exp: refused before reading any data
 
 
 def test_ablation_rows_spread_over_ablation_seeds(tmp_path):
-    runs = {"t3_none": 1000.0, "t3_none_seed1": 1010.0, "t3_both_genre": 900.0,
-            "t3_both_genre_seed1": 919.0, "t3_both_doc": 950.0}  # fmt: skip
-    exp, conf = make_exp(tmp_path, runs, ablation_seeds={"both_genre": [1]})
+    runs = {"t3_none": 1000.0, "t3_none_seed1": 1010.0, "t3_both_source": 900.0,
+            "t3_both_source_seed1": 919.0, "t3_both_doc": 950.0}  # fmt: skip
+    exp, conf = make_exp(tmp_path, runs, ablation_seeds={"both_source": [1]})
     res.tables(exp, tmp_path, conf)
     text = (tmp_path / "RESULTS.md").read_text()
-    row = next(r for r in text.splitlines() if "previous sentence + the genre alone" in r)
+    row = next(r for r in text.splitlines() if "+ genre + source + previous sentence |" in r)
     cells = [c.strip() for c in row.split(" | ")]
     assert cells[1:5] == ["900.0", "-10.0%", "909.5 ± 9.5", "-10.0 / -9.0 %"]
-    doc = next(r for r in text.splitlines() if "previous sentence + metadata with the doc" in r)
+    doc = next(r for r in text.splitlines() if "+ document + previous sentence |" in r)
     assert [c.strip() for c in doc.split(" | ")][1:5] == ["950.0", "-5.0%", "–", "–"]  # 1 seed

@@ -88,7 +88,7 @@ from lm_models.vocab import Vocabulary
 logger = logging.getLogger("cue_brown")
 
 # Table 3's ablation rows, each run where the conf defines its set (see ``_all_runs``).
-ABLATION_SETS = ("meta_doc", "both_doc", "meta_genre", "both_genre")
+ABLATION_SETS = ("meta_doc", "both_doc", "meta_source", "both_source")
 
 # Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
 STAGE = "stage"
@@ -744,8 +744,8 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     # previous sentence first: the comparison a short budget must reach).
     for set_name in ("none", "prev", "meta", "both"):
         r.joint(f"t3_{set_name}", set_name, keep=True)  # kept: the cache analysis reads them
-    # Ablations, where the conf has their sets: the metadata with the document id (which the
-    # conf's metadata leaves out), and the genre alone (the one field that never names a text).
+    # Ablations, where the conf has their sets: the metadata with the fields that name a text
+    # (the source, the document id), which test sentences mostly have values unseen in training.
     for set_name in ABLATION_SETS:
         if set_name in conf["sets"]:
             r.joint(f"t3_{set_name}", set_name, keep=True)

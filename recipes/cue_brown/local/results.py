@@ -48,6 +48,18 @@ def cli_inputs(exp: Path, out: Path, conf_path: Path) -> None:
     write_atomic(out / "test_contexts.jsonl", "".join(ctx))
 
 
+def unseen_share(exp: Path, field: str, limit: int | None) -> float | None:
+    """Share of the evaluation test sentences (the first ``limit``) whose value of ``field``
+    no training sentence has: a field that names a text (its source, its id) is mostly unseen,
+    since the test documents are never training documents. None without the data files."""
+    train, test = exp / "data" / "train.json", exp / "data" / "test.json"
+    if not (train.is_file() and test.is_file()):
+        return None
+    seen = {r["fields"].get(field) for r in json.loads(train.read_text())}
+    rows = json.loads(test.read_text())[:limit]
+    return sum(r["fields"].get(field) not in seen for r in rows) / len(rows) if rows else None
+
+
 def fmt(x: float | None, nd: int = 1) -> str:
     return "–" if x is None else f"{x:.{nd}f}"
 
@@ -237,17 +249,32 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"{d['adapt']['sentences']:,} training sentences ({d['adapt']['tokens']:,} tokens), "
             f"disjoint from the CUE training sample."
         )
+    # fields of Table 3's ablation sets that the metadata leaves out, with their unseen shares
+    left_out = []
+    for set_name in ("meta_source", "both_source", "meta_doc", "both_doc"):
+        for field in conf["sets"].get(set_name, []):
+            share = unseen_share(exp, field, conf["data"].get("eval_test_sentences"))
+            if field in meta_fields or field == "prev" or any(field in x for x in left_out):
+                continue
+            left_out.append(
+                f"the {field}"
+                + (
+                    ""
+                    if share is None
+                    else f" (unseen in training for {100 * share:.0f} % of the test sentences)"
+                )
+            )
     add(
         "- Contexts as English strings: `genre: press reportage`, `source: The Atlanta "
         "Constitution` (the text's line in Brown's CONTENTS), `document: ca01`, "
         "`previous sentence: ...` (missing for a document's first sentence). Metadata = "
         f"{', '.join(meta_fields)}; A = metadata, B = previous sentence."
         + (
-            " The document id is left out of the metadata: the test documents are never "
-            "training documents, so their ids are strings the model has not seen (the same "
-            "train/test mismatch as the LBL's `doc` attribute); the rows with it are an "
-            "ablation in Table 3."
-            if "meta_doc" in conf["sets"]
+            f" Left out of the metadata: {', '.join(left_out)}. The test documents are never "
+            "training documents, so these are mostly strings the model has not seen (the same "
+            "train/test mismatch as the LBL's `doc` attribute); the rows with them are "
+            "ablations in Table 3."
+            if left_out
             else ""
         )
     )
@@ -290,13 +317,21 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"{paired(name, 't3_none') if name and name != 't3_none' else '–'} | "
             f"{fmt(paper)} | {rel(paper, PAPER_T3[1]) if paper not in (None, 36.6) else '–'} |"
         )
-    for name, label in (
-        ("t3_meta_doc", "metadata with the document id (unseen at test)"),
-        ("t3_both_doc", "previous sentence + metadata with the document id (unseen at test)"),
-        ("t3_meta_genre", "the genre alone"),
-        ("t3_both_genre", "previous sentence + the genre alone"),
-    ):
-        if name[3:] in conf["sets"]:
+    limit = conf["data"].get("eval_test_sentences")
+    for set_name in ("meta_source", "both_source", "meta_doc", "both_doc"):
+        if set_name in conf["sets"]:
+            name = f"t3_{set_name}"
+            # the set's fields in words, each beyond the metadata with its unseen share
+            words = []
+            for field in conf["sets"][set_name]:
+                share = (
+                    None
+                    if field in meta_fields or field == "prev"
+                    else unseen_share(exp, field, limit)
+                )
+                note = "" if share is None else f" (unseen in training: {100 * share:.0f} %)"
+                words.append(f"{conf['fields'].get(field, field)}{note}")
+            label = " + ".join(words)
             v = t(name)
             # the first seed and the set's ``ablation_seeds``
             among = [conf["seed"], *conf.get("ablation_seeds", {}).get(name[3:], [])]
