@@ -21,8 +21,8 @@
 # LSTM_DIR/best exists: point it at a model trained before, e.g. on a GPU machine).
 # CTX (0; 1: also the rows of LMs conditioned on the previous utterances, issue 16: CTX_MODEL,
 # an LSTM trained with a `previous` text context, conf/lease/previous.json, and CTX_BASE, its
-# twin without one, conf/lease/word.json; defaults exp/lease/{previous,word}/best, where
-# scripts/lease/unpack.py puts them), CTX_K (previous utterances of the same chapter, 3). The
+# twin without one, conf/lease/word.json; defaults exp/lease_pair/{previous,word}/best, where
+# scripts/lease/unpack.py --dest exp/lease_pair put the pair of 2026-11-27), CTX_K (previous utterances of the same chapter, 3). The
 # context is the system's own 1-best of the earlier utterances (never the references, which
 # give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
 # with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py):
@@ -45,8 +45,8 @@ LSTM_EVERY=${LSTM_EVERY:-5}
 LSTM_CONF=${LSTM_CONF:-$HERE/conf/lstm.json}
 LSTM_DIR=${LSTM_DIR:-$EXP/lstm}
 CTX=${CTX:-0}
-CTX_MODEL=${CTX_MODEL:-$EXP/lease/previous/best}
-CTX_BASE=${CTX_BASE:-$EXP/lease/word/best}
+CTX_MODEL=${CTX_MODEL:-$EXP/lease_pair/previous/best}
+CTX_BASE=${CTX_BASE:-$EXP/lease_pair/word/best}
 CTX_K=${CTX_K:-3}
 CACHE_K=${CACHE_K:-100}
 CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
@@ -124,8 +124,12 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
     [ -s "$out" ] && continue
     log "stage 4: scoring $set with the context LM and its twin"
     timed "score_ctx_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
-      --lm "nb=torch:$CTX_BASE" --lm "ctx=torch:$CTX_MODEL" --context "$first" --out "$out" \
-      2> "$SCORED_CTX/$set.log"
+      --lm "nb=torch:$CTX_BASE" --lm "ctx=torch:$CTX_MODEL" --context "$first" \
+      --out "$SCORED_CTX/$set.given.jsonl" 2> "$SCORED_CTX/$set.log"
+    # the context LM again with no context file: its expected context (`ctx0`, rows 3C0, 4C0)
+    timed "score_ctx0_$set" "$RESCORER" -q score --nbest "$SCORED_CTX/$set.given.jsonl" \
+      --lm "ctx0=torch:$CTX_MODEL" --out "$out" 2>> "$SCORED_CTX/$set.log"
+    rm "$SCORED_CTX/$set.given.jsonl"
   done
   # Perplexity of the dev_other references: the twin; the context model with no context (its
   # expected context), with the first-pass context, and with the references' own previous
@@ -215,8 +219,10 @@ if [ "$CTX" = 1 ]; then
   CF=ctx$(oov_of "$CTX_MODEL" ctx)
   SYSTEMS+=(
     "3N_lstm_nocontext|decoder,ctc,$NB|--no-length|$SCORED_CTX"
+    "3C0_lstm_withheld|decoder,ctc,${CF//ctx/ctx0}|--no-length|$SCORED_CTX"
     "3C_lstm_previous|decoder,ctc,$CF|--no-length|$SCORED_CTX"
     "4N_all_nocontext|decoder,ctc,lm,4gram,4gram_oov,$NB|--length|$SCORED_CTX"
+    "4C0_all_withheld|decoder,ctc,lm,4gram,4gram_oov,${CF//ctx/ctx0}|--length|$SCORED_CTX"
     "4C_all_previous|decoder,ctc,lm,4gram,4gram_oov,$CF|--length|$SCORED_CTX"
     "3G_4gram_cache|decoder,ctc,4gram,4gk,4gram_oov|--no-length|$SCORED_CACHE"
     "3K_lstm_cache|decoder,ctc,$NB,nbk|--no-length|$SCORED_CACHE"
@@ -289,5 +295,5 @@ if run_stage 7; then
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
     $([ "$CTX" = 1 ] && echo --context) \
     --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS"
 fi

@@ -63,3 +63,10 @@ def test_context_rows_are_those_of_the_context_run_only() -> None:
     assert not {"3L", "3M", "4L"} & m.CONTEXT_ROWS
     for key in m.CONTEXT_ROWS:
         assert any(w in folders[key] for w in ("context", "previous", "cache")), key
+
+
+def test_wall_time_counts_a_stage_run_again_once_with_its_latest_time(tmp_path) -> None:
+    (tmp_path / "times.tsv").write_text("ngram\t30\nscore_ctx\t80\ntune\t5\nscore_ctx\t300\n")
+    got = results_module().wall_time(tmp_path)
+    assert got == "335 s in all (ngram 30s, tune 5s, score_ctx 300s)"
+    assert results_module().wall_time(tmp_path / "none") == "unknown"

@@ -34,8 +34,10 @@ SYSTEMS = [
     ("3M", "decoder + ctc + our 4-gram + our word LSTM", "3M_4gram_lstm"),
     ("4L", "all + our word LSTM", "4L_all_lstm"),
     ("3N", "decoder + ctc + our LSTM (no context)", "3N_lstm_nocontext"),
+    ("3C0", "  3C's LM with its context withheld (its expected context)", "3C0_lstm_withheld"),
     ("3C", "decoder + ctc + our LSTM (previous utterances)", "3C_lstm_previous"),
     ("4N", "all + our LSTM (no context)", "4N_all_nocontext"),
+    ("4C0", "  4C's LM with its context withheld (its expected context)", "4C0_all_withheld"),
     ("4C", "all + our LSTM (previous utterances)", "4C_all_previous"),
     (
         "4C2",
@@ -53,7 +55,7 @@ SYSTEMS = [
 ]
 # The rows of issue 16 (run.sh with CTX=1): in the table only with --context, since their
 # folders outlive a later run without it (and its models may be others by then).
-CONTEXT_ROWS = frozenset({"3N", "3C", "4N", "4C", "4C2", "3G", "3K", "4K", "4K2"})
+CONTEXT_ROWS = frozenset({"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2"})
 COMPARISONS = [
     ("2", "3"),
     ("2", "3a"),
@@ -63,8 +65,10 @@ COMPARISONS = [
     ("3", "3M"),
     ("4", "4L"),
     ("3N", "3C"),
+    ("3C0", "3C"),
     ("4", "4N"),
     ("4N", "4C"),
+    ("4C0", "4C"),
     ("4C", "4C2"),
     ("3", "3G"),
     ("3N", "3K"),
@@ -86,13 +90,20 @@ def device() -> str:
 
 
 def wall_time(exp: Path) -> str:
+    """The stages' seconds from times.tsv, which every invocation appends to: a stage run
+    again (its output deleted, or a new model's) counts once, with its latest time, in the
+    order of the latest runs."""
     times = exp / "times.tsv"
     if not times.exists():
         return "unknown"
-    rows = [line.split("\t") for line in times.read_text().splitlines() if line.strip()]
-    total = sum(int(t) for _, t in rows)
-    parts = ", ".join(f"{name} {t}s" for name, t in rows)
-    return f"{total} s in all ({parts})"
+    latest: dict[str, int] = {}
+    for line in times.read_text().splitlines():
+        if line.strip():
+            name, seconds = line.split("\t")
+            latest.pop(name, None)
+            latest[name] = int(seconds)
+    parts = ", ".join(f"{name} {t}s" for name, t in latest.items())
+    return f"{sum(latest.values())} s in all ({parts})"
 
 
 def pct(report: WerReport) -> str:
@@ -172,7 +183,7 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
         return []
     lines = []
     for label, folder in (
-        ("context LM (rows 3C, 4C, 4C2)", ctx_model),
+        ("context LM (rows 3C, 4C, 4C2; with its context withheld, 3C0, 4C0)", ctx_model),
         ("no-context twin (rows 3N, 4N; the base of 3K, 4K, 4K2)", ctx_base),
     ):
         run = TrainingSummary.of(folder.parent)
