@@ -219,10 +219,10 @@ if [ "$CTX" = 1 ]; then
   CF=ctx$(oov_of "$CTX_MODEL" ctx)
   SYSTEMS+=(
     "3N_lstm_nocontext|decoder,ctc,$NB|--no-length|$SCORED_CTX"
-    "3C0_lstm_withheld|decoder,ctc,${CF//ctx/ctx0}|--no-length|$SCORED_CTX"
+    "3C0_lstm_context_withheld|decoder,ctc,${CF//ctx/ctx0}|--no-length|$SCORED_CTX"
     "3C_lstm_previous|decoder,ctc,$CF|--no-length|$SCORED_CTX"
     "4N_all_nocontext|decoder,ctc,lm,4gram,4gram_oov,$NB|--length|$SCORED_CTX"
-    "4C0_all_withheld|decoder,ctc,lm,4gram,4gram_oov,${CF//ctx/ctx0}|--length|$SCORED_CTX"
+    "4C0_all_context_withheld|decoder,ctc,lm,4gram,4gram_oov,${CF//ctx/ctx0}|--length|$SCORED_CTX"
     "4C_all_previous|decoder,ctc,lm,4gram,4gram_oov,$CF|--length|$SCORED_CTX"
     "3G_4gram_cache|decoder,ctc,4gram,4gk,4gram_oov|--no-length|$SCORED_CACHE"
     "3K_lstm_cache|decoder,ctc,$NB,nbk|--no-length|$SCORED_CACHE"

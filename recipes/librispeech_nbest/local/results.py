@@ -34,10 +34,18 @@ SYSTEMS = [
     ("3M", "decoder + ctc + our 4-gram + our word LSTM", "3M_4gram_lstm"),
     ("4L", "all + our word LSTM", "4L_all_lstm"),
     ("3N", "decoder + ctc + our LSTM (no context)", "3N_lstm_nocontext"),
-    ("3C0", "  3C's LM with its context withheld (its expected context)", "3C0_lstm_withheld"),
+    (
+        "3C0",
+        "  3C's LM with its context withheld (its expected context)",
+        "3C0_lstm_context_withheld",
+    ),
     ("3C", "decoder + ctc + our LSTM (previous utterances)", "3C_lstm_previous"),
     ("4N", "all + our LSTM (no context)", "4N_all_nocontext"),
-    ("4C0", "  4C's LM with its context withheld (its expected context)", "4C0_all_withheld"),
+    (
+        "4C0",
+        "  4C's LM with its context withheld (its expected context)",
+        "4C0_all_context_withheld",
+    ),
     ("4C", "all + our LSTM (previous utterances)", "4C_all_previous"),
     (
         "4C2",
