@@ -27,7 +27,9 @@
 # give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
 # with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py):
 # CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
-# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5).
+# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5). RESULTS (the
+# table stage 7 writes, default RESULTS.md here, whose copy goes into README.md; elsewhere,
+# the README is left alone).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,6 +53,7 @@ CTX_K=${CTX_K:-3}
 CACHE_K=${CACHE_K:-100}
 CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
 CACHE_MIN_CHARS=${CACHE_MIN_CHARS:-5}
+RESULTS=${RESULTS:-$HERE/RESULTS.md}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 
 NBEST=$DATA/nbest/librispeech-espnet
@@ -294,6 +297,6 @@ if run_stage 7; then
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
     $([ "$CTX" = 1 ] && echo --context) \
-    --out "$HERE/RESULTS.md" --command "bash recipes/librispeech_nbest/run.sh" \
+    --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "bash recipes/librispeech_nbest/run.sh" \
     --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS"
 fi

@@ -325,8 +325,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--lstm-dir", type=Path, default=None, help="default: EXP/lstm")
     ap.add_argument("--lstm-every", type=int, default=5)
-    ap.add_argument("--ctx-model", type=Path, default=None, help="default: EXP/lease/previous/best")
-    ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease/word/best")
+    ap.add_argument("--ctx-model", type=Path, default=None, help="default: EXP/lease_pair/previous/best")
+    ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease_pair/word/best")
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
     ap.add_argument("--title", default="LibriSpeech N-best rescoring: results")
@@ -405,8 +405,8 @@ def main() -> None:
         *(
             context_lines(
                 args.exp,
-                args.ctx_model or args.exp / "lease" / "previous" / "best",
-                args.ctx_base or args.exp / "lease" / "word" / "best",
+                args.ctx_model or args.exp / "lease_pair" / "previous" / "best",
+                args.ctx_base or args.exp / "lease_pair" / "word" / "best",
             )
             if args.context
             else []

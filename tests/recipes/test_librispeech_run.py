@@ -1,0 +1,129 @@
+"""The LibriSpeech recipe's context stages (run.sh with CTX=1, issue 16) end to end on a small
+copy of the real data: two chapters of each dev set, a 4-gram of three novels, a tiny context
+LM and its twin. Every row of the context table is tuned and rescored, the context LM is scored
+both with the previous utterances and without them, and the repository's tables stay as
+they are (the results go to RESULTS=...)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+
+pytestmark = pytest.mark.slow
+
+RECIPE = REPO / "recipes" / "librispeech_nbest"
+RESCORER = REPO / ".venv" / "bin" / "rescorer"
+BOOKS = ("Anon_Clara_1864.txt", "Barclay_Ladies_1917.txt", "Barclay_Postern_1911.txt")
+
+
+def subset(src: Path, dst: Path, chapters: int) -> list[str]:
+    """The first ``chapters`` chapters of an ESPnet set, each of its files cut to their
+    utterances (``result_wer.txt``, a whole-set summary, is left out); their ids, in order."""
+    utts: list[str] = []
+    seen: list[str] = []
+    for line in (src / "utt2spk").read_text().splitlines():
+        utt, chapter = line.split()
+        if chapter not in seen:
+            seen.append(chapter)
+        if len(seen) > chapters:
+            break
+        utts.append(utt)
+    keep = set(utts)
+    for f in sorted(src.rglob("*")):
+        if f.is_dir() or f.name == "result_wer.txt":
+            continue
+        out = dst / f.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if f.suffix == ".trn":  # "... (SPEAKER-CHAPTER-SPEAKER-CHAPTER-INDEX)"
+            lines = [
+                line
+                for line in f.read_text().splitlines()
+                if "-".join(line.rsplit("(", 1)[1].rstrip(")").split("-")[-3:]) in keep
+            ]
+        else:
+            lines = [line for line in f.read_text().splitlines() if line.split(" ", 1)[0] in keep]
+        out.write_text("".join(f"{line}\n" for line in lines))
+    return utts
+
+
+def tiny(conf_name: str) -> dict:
+    """A lease config made tiny: the same data section (and context), a 1x16 LSTM, 8 steps."""
+    conf = json.loads((RECIPE / "conf" / "lease" / conf_name).read_text())
+    conf["data"] |= {"vocab_size": 3000, "split": [0.9, 0.1, 0.0]}
+    conf["model"] |= {"embed_dim": 16, "hidden_dim": 16, "num_layers": 1, "num_classes": 4,
+                      "shortlist": 500}  # fmt: skip
+    if "context_dim" in conf["model"]:
+        conf["model"]["context_dim"] = 8
+    conf["train"] |= {"epochs": 1, "batch_tokens": 2000, "max_steps_per_epoch": 8,
+                      "device": "cpu", "max_seconds": None}  # fmt: skip
+    return conf
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Path) -> None:
+    data = tmp_path / "data"
+    (data / "corpora" / "gutenberg").mkdir(parents=True)
+    for book in BOOKS:
+        (data / "corpora" / "gutenberg" / book).symlink_to(
+            data_dir / "corpora" / "gutenberg" / book
+        )
+    first = {}
+    for name in ("dev_clean", "dev_other"):
+        utts = subset(espnet_dir / name, data / "nbest" / "librispeech-espnet" / name, 2)
+        first[name] = {u for i, u in enumerate(utts) if i == 0 or utts[i - 1][:-5] != u[:-5]}
+    exp, results = tmp_path / "exp", tmp_path / "RESULTS.md"
+    env = {**os.environ, "RESCORER_DATA": str(data), "EXP": str(exp), "RESULTS": str(results),
+           "OMP_NUM_THREADS": "1", "RESTARTS": "1"}  # fmt: skip
+    tables = [digest(RECIPE / "RESULTS.md"), digest(RECIPE / "README.md")]
+
+    def run(*args: str, **more: str) -> None:
+        done = subprocess.run([*args], env=env | more, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run("bash", str(RECIPE / "run.sh"), "--stage", "1", "--stop-stage", "2")
+    models = {}
+    confs = {"previous": tiny("previous.json"), "word": tiny("word.json")}
+    confs["previous"]["data"]["previous"]["encoder"] = "hash:32"
+    for name, conf in confs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(conf))
+        run(str(RESCORER), "-q", "train", str(tmp_path / f"{name}.json"), "--data-dir",
+            str(exp / "lm"), "--out", str(exp / name))  # fmt: skip
+        models[name] = exp / name / "best"
+    run("bash", str(RECIPE / "run.sh"), "--stage", "4", CTX="1",
+        CTX_MODEL=str(models["previous"]), CTX_BASE=str(models["word"]))  # fmt: skip
+
+    # the context LM scored with the previous utterances (ctx) and without (ctx0): the same
+    # score where an utterance has none (a chapter's first), another where it has them
+    for name in ("dev_clean", "dev_other"):
+        same = differ = 0
+        for line in (exp / "scored_ctx" / f"{name}.jsonl").read_text().splitlines():
+            utt = json.loads(line)
+            for hyp in utt["hyps"]:
+                s = hyp["scores"]
+                assert {"nb", "nb_oov", "ctx", "ctx_oov", "ctx0", "ctx0_oov"} <= set(s)
+                if utt["utt"] in first[name]:
+                    assert s["ctx"] == pytest.approx(s["ctx0"], abs=1e-4)
+                    same += 1
+                else:
+                    differ += abs(s["ctx"] - s["ctx0"]) > 1e-3
+        assert same and differ
+        assert not (exp / "scored_ctx" / f"{name}.given.jsonl").exists()
+    text = results.read_text()
+    for row in ("3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2"):
+        assert f"\n| {row} | " in text, row
+    for pair in ("row 3C vs row 3C0", "row 4C vs row 4C0", "row 3C vs row 3N"):
+        assert f"### {pair}\n" in text, pair
+    assert "the context LM, previous utterances from the references (upper bound)" in text
+    assert f"CTX_MODEL={os.path.relpath(models['previous'], RECIPE)}" in text
+    # RESULTS elsewhere: the recipe's own table and README are not touched
+    assert [digest(RECIPE / "RESULTS.md"), digest(RECIPE / "README.md")] == tables
