@@ -672,8 +672,8 @@ def cache_section(add: Any, split: dict[str, dict] | None) -> None:
     add("### Where the context's gain falls: words in the context vs the rest\n")
     add(
         "The paper's analysis (section 5): the test words split into those that occur in the "
-        "sentence's own context values (here the previous sentence's words, and for metadata "
-        "the genre and source strings) and the rest; in each bin the relative gain in "
+        "sentence's own context values (here the words of the run's context strings: the "
+        "previous sentence, the metadata fields) and the rest; in each bin the relative gain in "
         "likelihood over the control of the same seed: the geometric mean of P(context) / "
         "P(control) over the bin's words, minus 1 (the bin's perplexity ratio minus 1; the "
         "reading of the paper's 'relative gain in log likelihood' its own figures agree with: "
