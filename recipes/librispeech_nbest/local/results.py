@@ -325,7 +325,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--lstm-dir", type=Path, default=None, help="default: EXP/lstm")
     ap.add_argument("--lstm-every", type=int, default=5)
-    ap.add_argument("--ctx-model", type=Path, default=None, help="default: EXP/lease_pair/previous/best")
+    ap.add_argument(
+        "--ctx-model", type=Path, default=None, help="default: EXP/lease_pair/previous/best"
+    )
     ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease_pair/word/best")
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
