@@ -213,6 +213,7 @@ def test_ablation_runs_follow_the_conf_sets():
     cue = load_local("cue_brown")
     conf = json.loads(CONF.read_text())
     assert set(cue.ABLATION_SETS) <= set(conf["sets"])
+    assert res.ABLATION_SETS == cue.ABLATION_SETS  # the tables' copy, in the same order
     # every ablation set's fields are fields the conf can render
     for name in cue.ABLATION_SETS:
         assert all(f in conf["fields"] for f in conf["sets"][name])

@@ -88,7 +88,7 @@ from lm_models.vocab import Vocabulary
 logger = logging.getLogger("cue_brown")
 
 # Table 3's ablation rows, each run where the conf defines its set (see ``_all_runs``).
-ABLATION_SETS = ("meta_doc", "both_doc", "meta_source", "both_source")
+ABLATION_SETS = ("meta_source", "both_source", "meta_doc", "both_doc")
 
 # Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
 STAGE = "stage"

@@ -20,6 +20,9 @@ from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
 
 PAPER_T3 = [None, 36.6, 35.9, 29.8, 27.4]
+# Table 3's ablation sets in table order (the same as cue_brown.ABLATION_SETS, which this
+# script does not import: it would pull in torch).
+ABLATION_SETS = ("meta_source", "both_source", "meta_doc", "both_doc")
 PAPER_T4 = [27.4, 29.6, 33.5, 34.8, 36.6, 643]
 PAPER_T5 = [36.6, 29.7, 29.3, 31.8, 32.0, 30.9, 29.9, 30.4, 30.1, 28.8, 27.4]
 PAPER_T6 = [27.4, 29.4, 28.0, 28.2]
@@ -48,16 +51,23 @@ def cli_inputs(exp: Path, out: Path, conf_path: Path) -> None:
     write_atomic(out / "test_contexts.jsonl", "".join(ctx))
 
 
-def unseen_share(exp: Path, field: str, limit: int | None) -> float | None:
-    """Share of the evaluation test sentences (the first ``limit``) whose value of ``field``
-    no training sentence has: a field that names a text (its source, its id) is mostly unseen,
-    since the test documents are never training documents. None without the data files."""
+def unseen_shares(exp: Path, fields: list[str], limit: int | None) -> dict[str, float]:
+    """For each of ``fields``, the share of the evaluation test sentences (the first ``limit``)
+    whose value of it no training sentence has: a field that names a text (its source, its id)
+    is mostly unseen, since the test documents are never training documents. Empty without
+    the data files (or test sentences)."""
     train, test = exp / "data" / "train.json", exp / "data" / "test.json"
-    if not (train.is_file() and test.is_file()):
-        return None
-    seen = {r["fields"].get(field) for r in json.loads(train.read_text())}
+    if not (fields and train.is_file() and test.is_file()):
+        return {}
     rows = json.loads(test.read_text())[:limit]
-    return sum(r["fields"].get(field) not in seen for r in rows) / len(rows) if rows else None
+    if not rows:
+        return {}
+    train_rows = json.loads(train.read_text())
+    out = {}
+    for field in fields:
+        seen = {r["fields"].get(field) for r in train_rows}
+        out[field] = sum(r["fields"].get(field) not in seen for r in rows) / len(rows)
+    return out
 
 
 def fmt(x: float | None, nd: int = 1) -> str:
@@ -250,27 +260,32 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"disjoint from the CUE training sample."
         )
     # fields of Table 3's ablation sets that the metadata leaves out, with their unseen shares
-    left_out = []
-    for set_name in ("meta_source", "both_source", "meta_doc", "both_doc"):
-        for field in conf["sets"].get(set_name, []):
-            share = unseen_share(exp, field, conf["data"].get("eval_test_sentences"))
-            if field in meta_fields or field == "prev" or any(field in x for x in left_out):
-                continue
-            left_out.append(
-                f"the {field}"
-                + (
-                    ""
-                    if share is None
-                    else f" (unseen in training for {100 * share:.0f} % of the test sentences)"
-                )
-            )
+    left_out = list(
+        dict.fromkeys(
+            f
+            for s in ABLATION_SETS
+            for f in conf["sets"].get(s, [])
+            if f not in meta_fields and f != "prev"
+        )
+    )
+    unseen = unseen_shares(exp, left_out, conf["data"].get("eval_test_sentences"))
     add(
         "- Contexts as English strings: `genre: press reportage`, `source: The Atlanta "
         "Constitution` (the text's line in Brown's CONTENTS), `document: ca01`, "
         "`previous sentence: ...` (missing for a document's first sentence). Metadata = "
         f"{', '.join(meta_fields)}; A = metadata, B = previous sentence."
         + (
-            f" Left out of the metadata: {', '.join(left_out)}. The test documents are never "
+            " Left out of the metadata: "
+            + ", ".join(
+                f"the {f}"
+                + (
+                    f" (unseen in training for {100 * unseen[f]:.0f} % of the test sentences)"
+                    if f in unseen
+                    else ""
+                )
+                for f in left_out
+            )
+            + ". The test documents are never "
             "training documents, so these are mostly strings the model has not seen (the same "
             "train/test mismatch as the LBL's `doc` attribute); the rows with them are "
             "ablations in Table 3."
@@ -317,21 +332,15 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
             f"{paired(name, 't3_none') if name and name != 't3_none' else '–'} | "
             f"{fmt(paper)} | {rel(paper, PAPER_T3[1]) if paper not in (None, 36.6) else '–'} |"
         )
-    limit = conf["data"].get("eval_test_sentences")
-    for set_name in ("meta_source", "both_source", "meta_doc", "both_doc"):
+    for set_name in ABLATION_SETS:
         if set_name in conf["sets"]:
             name = f"t3_{set_name}"
             # the set's fields in words, each beyond the metadata with its unseen share
-            words = []
-            for field in conf["sets"][set_name]:
-                share = (
-                    None
-                    if field in meta_fields or field == "prev"
-                    else unseen_share(exp, field, limit)
-                )
-                note = "" if share is None else f" (unseen in training: {100 * share:.0f} %)"
-                words.append(f"{conf['fields'].get(field, field)}{note}")
-            label = " + ".join(words)
+            label = " + ".join(
+                conf["fields"].get(f, f)
+                + (f" (unseen in training: {100 * unseen[f]:.0f} %)" if f in unseen else "")
+                for f in conf["sets"][set_name]
+            )
             v = t(name)
             # the first seed and the set's ``ablation_seeds``
             among = [conf["seed"], *conf.get("ablation_seeds", {}).get(name[3:], [])]
