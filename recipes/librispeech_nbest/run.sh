@@ -55,6 +55,7 @@ CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
 CACHE_MIN_CHARS=${CACHE_MIN_CHARS:-5}
 RESULTS=${RESULTS:-$HERE/RESULTS.md}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
+[ -d "$(dirname "$RESULTS")" ] || { log "RESULTS=$RESULTS: no folder $(dirname "$RESULTS")"; exit 2; }
 
 NBEST=$DATA/nbest/librispeech-espnet
 SETS="dev_clean dev_other"
