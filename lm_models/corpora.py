@@ -10,6 +10,8 @@ A document is an id, a tuple of tokenised sentences and a mapping of context fie
 :func:`read_dbpedia` DBpedia subset CSV (0-based class, text), field ``class``
 :func:`read_state_union` State of the Union addresses (``<year>-<president>.txt``), fields
                     ``year`` and ``president``
+:func:`read_novels` novels (``corpora/gutenberg``: one ``.txt`` per novel + ``titles.tsv``),
+                    fields ``author``, ``title`` and ``year``
 :func:`read_plain`  whitespace-tokenised text, one sentence per line (documents: lines,
                     blank-line separated blocks, or the file)
 :func:`read_jsonl`  ``{"id": ..., "text": ..., "fields": {...}}`` per line
@@ -602,6 +604,62 @@ def read_state_union(folder: str | Path, lower: bool = True) -> list[Document]:
             raise InputError("an address without text", path)
         fields = {"year": m.group(1), "president": m.group(2)}
         docs.append(Document(path.stem, sentences, fields))  # type: ignore[arg-type]
+    return docs
+
+
+_NOVEL_TITLES_HEADER = ["file", "author", "title", "year", "words"]
+
+
+def read_novels(folder: str | Path, lower: bool = True) -> list[Document]:
+    """Novels, one ``.txt`` file each, listed in ``titles.tsv`` (tab-separated ``file author
+    title year words``, as in ``corpora/gutenberg``): one Document per listed novel, in the
+    list's order, ``doc_id`` the file stem, fields ``author``, ``title`` and ``year``.
+
+    The text (UTF-8, an optional byte-order mark, CRLF or LF line ends, hard-wrapped lines) is
+    read as paragraphs separated by blank lines; a paragraph's lines are joined, split into
+    sentences (:func:`split_sentences`, not after a title such as ``Mr.``) and tokenised
+    (:func:`tokenize`: most punctuation removed, lower-cased when ``lower``). Title and chapter
+    headings stay, as the short sentences they are. Sentences run on across paragraphs in reading
+    order, so consecutive sentences are consecutive in the book.
+    """
+    folder = Path(folder)
+    listing = folder / "titles.tsv"
+    docs = []
+    for lineno, line in read_lines(listing):
+        cols = line.split("\t")
+        if lineno == 1:
+            if cols != _NOVEL_TITLES_HEADER:
+                raise InputError(
+                    f"expected the header {' '.join(_NOVEL_TITLES_HEADER)!r} (tab-separated), "
+                    f"got {line.strip()!r}",
+                    listing,
+                    lineno,
+                )
+            continue
+        if not line.strip():
+            continue
+        if len(cols) != len(_NOVEL_TITLES_HEADER) or not cols[0].endswith(".txt"):
+            raise InputError(
+                f"expected 5 tab-separated columns, the first a .txt file name, got {line!r}",
+                listing,
+                lineno,
+            )
+        path = folder / cols[0]
+        if not path.is_file():
+            raise InputError(f"novel {cols[0]!r} listed here is missing", listing, lineno)
+        text = path.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
+        sentences = [
+            words
+            for para in re.split(r"\n\s*\n", text)
+            for piece in _join_titles(split_sentences(" ".join(para.split())))
+            if (words := tokenize(piece, lower=lower))
+        ]
+        if not sentences:
+            raise InputError(f"novel {cols[0]!r} has no text", listing, lineno)
+        fields = {"author": cols[1], "title": cols[2], "year": cols[3]}
+        docs.append(Document(path.stem, sentences, fields))  # type: ignore[arg-type]
+    if not docs:
+        raise InputError("no novels listed", listing)
     return docs
 
 

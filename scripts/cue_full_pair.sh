@@ -6,23 +6,25 @@
 # last writes the complete table; then the cache analysis of the kept models and the tables again.
 #   bash scripts/cue_full_pair.sh [RUNS_A RUNS_B]   # logs in recipes/cue_brown/exp/converged_cpu_full/
 #   bash scripts/cue_full_pair.sh t3_none_seed1,t3_none_seed2 t3_prev_seed1,t3_prev_seed2
+# Another configuration: CONF=... EXP=... RESULTS_DIR=... (e.g. conf/converged_cpu_novels.json).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 DATA=${RESCORER_DATA:-$(pwd)/../shared/data}
-C=recipes/cue_brown/conf/converged_cpu_full.json
-E=recipes/cue_brown/exp/converged_cpu_full
+C=${CONF:-recipes/cue_brown/conf/converged_cpu_full.json}
+E=${EXP:-recipes/cue_brown/exp/converged_cpu_full}
+R=${RESULTS_DIR:-recipes/cue_brown/converged_cpu_full}
 [ -s "$E/data/stats.json" ] || { echo "prepare $E first (run.sh stages 1-3 with CONF=$C EXP=$E)" >&2; exit 2; }
 one() {
   nice -n 5 .venv/bin/python recipes/cue_brown/local/cue_brown.py experiments "$C" "$E" "$DATA" --only "$1"
-  .venv/bin/python recipes/cue_brown/local/results.py tables "$E" recipes/cue_brown/converged_cpu_full --conf "$C"
+  .venv/bin/python recipes/cue_brown/local/results.py tables "$E" "$R" --conf "$C"
 }
-mkdir -p recipes/cue_brown/converged_cpu_full
+mkdir -p "$R"
 one "${1:-t3_none,t3_meta}" >> "$E/run_a.log" 2>&1 &
 one "${2:-t3_prev,t3_both}" >> "$E/run_b.log" 2>&1 &
 wait
 # The cache analysis of every kept Table 3 model, then the tables with it.
 {
   nice -n 5 .venv/bin/python recipes/cue_brown/local/cue_brown.py cache "$C" "$E" "$DATA"
-  .venv/bin/python recipes/cue_brown/local/results.py tables "$E" recipes/cue_brown/converged_cpu_full --conf "$C"
+  .venv/bin/python recipes/cue_brown/local/results.py tables "$E" "$R" --conf "$C"
 } >> "$E/run_a.log" 2>&1

@@ -28,6 +28,7 @@ from lm_models.corpora import (
     read_brown_tagged,
     read_dbpedia,
     read_jsonl,
+    read_novels,
     read_plain,
     read_state_union,
     split_documents,
@@ -811,3 +812,58 @@ def test_read_state_union_bad_input(tmp_path: Path) -> None:
     (tmp_path / "Bush-1990.txt").write_text("TITLE\nText.\n")
     with pytest.raises(InputError, match=r"Bush-1990.txt.*<year>-<president>"):
         read_state_union(tmp_path)
+
+
+# -- novels ---------------------------------------------------------------------------------------
+
+TITLES = "file\tauthor\ttitle\tyear\twords\n"
+
+
+def test_read_novels(tmp_path: Path) -> None:
+    (tmp_path / "titles.tsv").write_text(
+        TITLES + "Smith_Tale_1850.txt\tJohn Smith\tA Tale\t1850\t30\n"
+        "Jones_Road_1901.txt\tAnn Jones\tThe Road\t1901\t5\n"
+    )
+    # A byte-order mark, CRLF line ends, a hard-wrapped paragraph with a sentence across the
+    # wrap, a title (Mr.) that must not end a sentence, and a heading as a paragraph of its own.
+    (tmp_path / "Smith_Tale_1850.txt").write_bytes(
+        "\ufeffCHAPTER I\r\n\r\nIt was late. Mr. Brown\r\nsaid \u201cNo!\u201d and left.\r\n"
+        "\r\n\r\n  She stayed?  Yes.\r\n".encode()
+    )
+    (tmp_path / "Jones_Road_1901.txt").write_text("The road was long.\n")
+    (tmp_path / "Unlisted_1900.txt").write_text("Not read.\n")
+    docs = read_novels(tmp_path)
+    assert [d.doc_id for d in docs] == ["Smith_Tale_1850", "Jones_Road_1901"]
+    assert dict(docs[0].fields) == {"author": "John Smith", "title": "A Tale", "year": "1850"}
+    assert docs[0].sentences == (
+        ("chapter", "i"),
+        ("it", "was", "late"),
+        ("mr", "brown", "said", "no", "and", "left"),
+        ("she", "stayed"),
+        ("yes",),
+    )
+    assert read_novels(tmp_path, lower=False)[1].sentences == (("The", "road", "was", "long"),)
+
+
+@pytest.mark.parametrize(
+    ("listing", "match"),
+    [
+        ("file author title\n", r"titles.tsv:1: expected the header"),
+        (TITLES + "Gone_1850.txt\tA\tB\t1850\t3\n", r"tsv:2: novel 'Gone_1850.txt' .* missing"),
+        (TITLES + "Smith.txt\tA\tB\n", r"titles.tsv:2: expected 5 tab-separated columns"),
+        (TITLES, r"titles.tsv: no novels listed"),
+    ],
+)
+def test_read_novels_bad_input(tmp_path: Path, listing: str, match: str) -> None:
+    (tmp_path / "titles.tsv").write_text(listing)
+    with pytest.raises(InputError, match=match):
+        read_novels(tmp_path)
+
+
+def test_read_novels_refuses_a_missing_listing_or_empty_novel(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="titles.tsv"):
+        read_novels(tmp_path)
+    (tmp_path / "titles.tsv").write_text(TITLES + "Empty_1850.txt\tA\tB\t1850\t0\n")
+    (tmp_path / "Empty_1850.txt").write_text("\n -- \n")
+    with pytest.raises(InputError, match=r"titles.tsv:2: novel 'Empty_1850.txt' has no text"):
+        read_novels(tmp_path)

@@ -262,3 +262,70 @@ def test_ablation_rows_spread_over_ablation_seeds(tmp_path):
     assert cells[1:5] == ["900.0", "-10.0%", "909.5 ± 9.5", "-10.0 / -9.0 %"]
     doc = next(r for r in text.splitlines() if "+ document + previous sentence |" in r)
     assert [c.strip() for c in doc.split(" | ")][1:5] == ["950.0", "-5.0%", "–", "–"]  # 1 seed
+
+
+# -- the novels as the corpus (data.corpus: "novels") ----------------------------------------------
+
+
+def fake_novels(data_dir: Path, sentences: int = 12) -> None:
+    folder = data_dir / "corpora" / "gutenberg"
+    folder.mkdir(parents=True)
+    listing = ["file\tauthor\ttitle\tyear\twords"]
+    for stem, author, title in (("Smith_Tale_1850", "John Smith", "A Tale"),
+                                ("Jones_Road_1901", "Ann Jones", "The Road")):  # fmt: skip
+        listing.append(f"{stem}.txt\t{author}\t{title}\t1850\t100")
+        text = " ".join(f"{stem.split('_')[1]} line {i}." for i in range(sentences))
+        (folder / f"{stem}.txt").write_text(text + "\n")
+    (folder / "titles.tsv").write_text("\n".join(listing) + "\n")
+
+
+def test_novels_split_by_block_within_each_novel_with_the_previous_sentence_of_the_block(tmp_path):
+    drv = load_local("cue_brown")
+    fake_novels(tmp_path)
+    dc = {"corpus": "novels", "block_sentences": 2, "blocks": None, "split": [0.5, 0.25, 0.25],
+          "split_seed": 0}  # fmt: skip
+    rows, n_docs = drv.corpus_rows(dc, tmp_path)
+    assert sum(n_docs) == 12 and n_docs[0] == 6  # 6 blocks of 2 sentences per novel, half train
+    for split in ("train", "dev", "test"):
+        titles = {r["fields"]["title"] for r in rows[split]}
+        assert titles == {"a tale", "the road"}, split  # every novel in every split
+    for r in rows["train"] + rows["dev"] + rows["test"]:
+        book, _, i = r["words"]
+        i = int(i)
+        assert r["fields"]["author"] == {"tale": "john smith", "road": "ann jones"}[book]
+        stem = "smith_tale_1850" if book == "tale" else "jones_road_1901"
+        assert r["fields"]["document"] == f"{stem}#{i // 2}"
+        # The previous sentence is the block's: none for a block's first sentence.
+        assert r["fields"]["prev"] == ("" if i % 2 == 0 else f"{book} line {i - 1}")
+    kept, n_kept = drv.corpus_rows({**dc, "blocks": 4}, tmp_path)
+    assert sum(n_kept) == 4 and sum(len(v) for v in kept.values()) == 8
+
+
+@pytest.mark.parametrize(
+    ("keys", "expected"),
+    [
+        ({"corpus": "gutenberg"}, "data.corpus must be 'brown' or 'novels', got 'gutenberg'"),
+        ({"corpus": "novels", "block_sentences": 0}, "data.block_sentences must be a positive"),
+        ({"corpus": "novels", "blocks": "all"}, "got 50 and 'all'"),
+    ],
+)
+def test_novels_settings_refused_in_one_line(tmp_path, keys, expected):
+    drv = load_local("cue_brown")
+    fake_novels(tmp_path)
+    with pytest.raises(drv.SettingError, match=expected):
+        drv.corpus_rows({"split": [0.8, 0.1, 0.1], "split_seed": 0, **keys}, tmp_path)
+
+
+def test_results_describe_the_novels(tmp_path):
+    novels = json.loads((REPO / "recipes/cue_brown/conf/converged_cpu_novels.json").read_text())
+    keys = {k: novels[k] for k in ("data", "fields", "sets")}
+    exp, conf = make_exp(tmp_path, {"t3_none": 1000.0, "t3_prev": 900.0}, **keys)
+    here = tmp_path / "here"
+    here.mkdir()
+    res.tables(exp, here, conf)
+    text = (here / "RESULTS.md").read_text()
+    assert text.startswith("# CUE on novels (corpora/gutenberg)")
+    assert "cut into blocks of 50 consecutive sentences, 2,650 of them at random, split 80/10/10 " \
+        "within each novel" in text  # fmt: skip
+    assert "(8/1/1 blocks)" in text and "`author: charles dickens`" in text
+    assert "Brown" not in text.split("## Table 3 layout")[0]

@@ -36,6 +36,12 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
   auto-encoder): the context sets alone, for a budget that cannot hold every table; ``"t5"``
   runs Table 3, then Table 5's rows without the proxy (A = metadata adapted to B = previous
   sentence, and to A+B), and stops.
+- ``data.corpus``: ``"brown"`` (default; documents split by genre, metadata fields
+  ``genre``, ``source``, ``document``) or ``"novels"`` (``corpora/gutenberg``: each novel cut
+  into blocks of ``data.block_sentences`` consecutive sentences, the last shorter one dropped,
+  ``data.blocks`` of them kept at random (null: all), blocks split by title, so every novel
+  is in every split, as a recording's chapters would be; metadata fields ``author``, ``title``,
+  ``document`` (the block); the previous sentence is the block's).
 - ``data.adapt_corpus``: ``"brown"`` (default: the adaptation sample is drawn from the Brown
   training sentences) or ``"state_union"``: the adaptation stages train on State of the Union
   addresses (``corpora/state_union``, a separate corpus, as issue 17 asks), their early
@@ -67,7 +73,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from lm_models.corpora import read_brown, read_state_union, split_documents
+from lm_models.corpora import (
+    chunk_documents,
+    read_brown,
+    read_novels,
+    read_state_union,
+    split_documents,
+)
 from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
 from lm_models.cue.train import (
     CUEData,
@@ -119,26 +131,56 @@ def read_sources(brown: Path) -> dict[str, str]:
 # -- stage: prepare -----------------------------------------------------------------------------
 
 
-def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
-    brown = data_dir / "corpora" / "brown"
-    docs = read_brown(brown, lower=True, drop_punct=True)
-    sources = read_sources(brown)
-    dc = conf["data"]
-    splits = split_documents(docs, tuple(dc["split"]), "genre", dc["split_seed"])
-    rows: dict[str, list[dict]] = {}
-    for name, part in zip(("train", "dev", "test"), splits, strict=True):
-        rows[name] = [
-            row
-            for doc in part
-            for row in document_rows(
-                doc,
-                {
-                    "genre": doc.fields["genre"].replace("_", " "),
-                    "source": sources.get(doc.doc_id, ""),
-                    "document": doc.doc_id,
-                },
+def corpus_rows(dc: dict, data_dir: Path) -> tuple[dict[str, list[dict]], list[int]]:
+    """The rows (:func:`document_rows`) of the ``train``, ``dev`` and ``test`` documents of
+    ``data.corpus`` (module docstring), and the number of documents in each split."""
+    corpus = dc.get("corpus", "brown")
+    if corpus == "brown":
+        brown = data_dir / "corpora" / "brown"
+        docs = read_brown(brown, lower=True, drop_punct=True)
+        sources = read_sources(brown)
+        splits = split_documents(docs, tuple(dc["split"]), "genre", dc["split_seed"])
+
+        def metadata(doc: Any) -> dict[str, str]:
+            return {
+                "genre": doc.fields["genre"].replace("_", " "),
+                "source": sources.get(doc.doc_id, ""),
+                "document": doc.doc_id,
+            }
+
+    elif corpus == "novels":
+        size, keep = dc.get("block_sentences", 50), dc.get("blocks")
+        if not isinstance(size, int) or size < 1 or not (keep is None or isinstance(keep, int)):
+            raise SettingError(
+                "data.block_sentences must be a positive sentence count and data.blocks a "
+                f"block count or null, got {size!r} and {keep!r}"
             )
-        ]
+        books = read_novels(data_dir / "corpora" / "gutenberg", lower=True)
+        blocks = chunk_documents(books, size, drop_last=True)
+        if keep is not None and keep < len(blocks):
+            picked = set(random.Random(dc["split_seed"]).sample(range(len(blocks)), keep))
+            blocks = [b for i, b in enumerate(blocks) if i in picked]
+        splits = split_documents(blocks, tuple(dc["split"]), "title", dc["split_seed"])
+
+        def metadata(doc: Any) -> dict[str, str]:
+            return {
+                "author": doc.fields["author"].lower(),
+                "title": doc.fields["title"].lower(),
+                "document": doc.doc_id.lower(),
+            }
+
+    else:
+        raise SettingError(f"data.corpus must be 'brown' or 'novels', got {corpus!r}")
+    rows = {
+        name: [row for doc in part for row in document_rows(doc, metadata(doc))]
+        for name, part in zip(("train", "dev", "test"), splits, strict=True)
+    }
+    return rows, [len(part) for part in splits]
+
+
+def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
+    dc = conf["data"]
+    rows, n_docs = corpus_rows(dc, data_dir)
     train_words = [r["words"] for r in rows["train"]]
     tokenizer = None
     if dc.get("units", "word") == "subword":
@@ -180,7 +222,7 @@ def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
             if tokenizer
             else sum(w not in vocab for w in words) / max(len(words), 1),
         }
-    stats["documents"] = {n: len(p) for n, p in zip(("train", "dev", "test"), splits, strict=True)}
+    stats["documents"] = dict(zip(("train", "dev", "test"), n_docs, strict=True))
     stats["vocab_size"] = len(vocab)
     stats["units"] = "subword" if tokenizer else "word"
     write_json(exp / "data" / "stats.json", stats)

@@ -70,6 +70,20 @@ def unseen_shares(exp: Path, fields: list[str], limit: int | None) -> dict[str, 
     return out
 
 
+def data_source(conf: dict) -> str:
+    """The corpus and its split, in words (``data.corpus``: Brown or the novels)."""
+    dc = conf["data"]
+    split = "/".join(str(round(100 * f)) for f in dc["split"])
+    if dc.get("corpus", "brown") != "novels":
+        return f"Brown, documents split {split} by genre"
+    kept = f"{dc['blocks']:,} of them at random" if dc.get("blocks") else "all of them"
+    return (
+        f"the 96 novels of `corpora/gutenberg`, cut into blocks of "
+        f"{dc.get('block_sentences', 50)} consecutive sentences, {kept}, split {split} within "
+        f"each novel, so every novel (its author and title) is in every split"
+    )
+
+
 def fmt(x: float | None, nd: int = 1) -> str:
     return "–" if x is None else f"{x:.{nd}f}"
 
@@ -175,7 +189,9 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     sizes = r("t3_both").get("parameters") or r("t3_none").get("parameters") or {}
     only_t3 = conf.get("stop_after") == "t3"
     only_t5 = conf.get("stop_after") == "t5"
-    add("# CUE on the Brown corpus (Novotney et al. 2022): results\n")
+    novels = conf["data"].get("corpus", "brown") == "novels"
+    corpus_name = "novels (corpora/gutenberg)" if novels else "the Brown corpus"
+    add(f"# CUE on {corpus_name} (Novotney et al. 2022): results\n")
     conf_note = "" if conf_path.name == "recipe.json" else f"CONF=conf/{conf_path.name} "
     add(f"- Command: `{conf_note}bash recipes/cue_brown/run.sh` (every step niced)")
     add(f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
@@ -208,8 +224,9 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     test_rows = json.loads((exp / "data" / "test.json").read_text())[:n_test]
     test_tokens = sum(len(row["words"]) + 1 for row in test_rows)
     add(
-        f"- Data: Brown, lower-cased, punctuation dropped, documents split 80/10/10 by genre "
-        f"({d['documents']['train']}/{d['documents']['dev']}/{d['documents']['test']} documents). "
+        f"- Data: {data_source(conf)} "
+        f"({d['documents']['train']}/{d['documents']['dev']}/{d['documents']['test']} "
+        f"{'blocks' if novels else 'documents'}), lower-cased, punctuation dropped. "
         f"Sentence encoders: all {d['train_all']['sentences']:,} training sentences "
         f"({d['train_all']['tokens']:,} tokens), "
         + (
@@ -269,10 +286,16 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
         )
     )
     unseen = unseen_shares(exp, left_out, conf["data"].get("eval_test_sentences"))
+    examples = (
+        "`author: charles dickens`, `title: bleak house`, `document: dickens_bleak_1853#12` "
+        "(the block), `previous sentence: ...` (missing for a block's first sentence)"
+        if novels
+        else "`genre: press reportage`, `source: The Atlanta Constitution` (the text's line in "
+        "Brown's CONTENTS), `document: ca01`, `previous sentence: ...` (missing for a "
+        "document's first sentence)"
+    )
     add(
-        "- Contexts as English strings: `genre: press reportage`, `source: The Atlanta "
-        "Constitution` (the text's line in Brown's CONTENTS), `document: ca01`, "
-        "`previous sentence: ...` (missing for a document's first sentence). Metadata = "
+        f"- Contexts as English strings: {examples}. Metadata = "
         f"{', '.join(meta_fields)}; A = metadata, B = previous sentence."
         + (
             " Left out of the metadata: "
