@@ -36,6 +36,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -116,9 +117,24 @@ class HashEmbedder:
         n = len(texts)
         if len(self._ids) >= HASH_WORD_CACHE:
             self._clear()
-        words = [[self._id(w) for w in _WORD_RE.findall(t.lower())] for t in texts]
-        counts = np.fromiter((len(ws) for ws in words), np.int64, n)
-        word_ids = np.fromiter((i for ws in words for i in ws), np.int64, int(counts.sum()))
+        counts, word_ids = self._word_ids(texts)
+        return self._vectors(n, counts, word_ids)
+
+    def _word_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(words per text, every text's word rows laid end to end)."""
+        found = [_WORD_RE.findall(t.lower()) for t in texts]
+        counts = np.fromiter(map(len, found), np.int64, len(texts))
+        # Known words by one C-level map over the dict (most of a batch after the first few);
+        # a new word is hashed once by _id. (A Python call per word made this the slow part of
+        # training with a `previous` text context: bench/bench_context_text.py.)
+        flat = list(chain.from_iterable(found))
+        ids = list(map(self._ids.get, flat))
+        if None in ids:
+            ids = [self._id(w) if i is None else i for i, w in zip(ids, flat, strict=True)]
+        return counts, np.fromiter(ids, np.int64, len(ids))
+
+    def _vectors(self, n: int, counts: np.ndarray, word_ids: np.ndarray) -> np.ndarray:
+        """The (n, dim) L2-normalised vectors of n texts from their words' rows."""
         indptr, cols, signs = self._csr() if len(word_ids) else (np.zeros(1, np.int64),) * 3
         # every (text, feature) pair: text t's words' feature runs, laid end to end
         starts, runs = indptr[word_ids], indptr[word_ids + 1] - indptr[word_ids]
