@@ -52,7 +52,7 @@ def main() -> None:
     from lm_models.text_encoders import _WORD_RE, HashEmbedder
     from rescorer.core.data import default_data_dir
     from rescorer.core.machine import cpu_name
-    from rescorer.core.output import atomic_write
+    from rescorer.core.output import write_report
 
     class PerWordHashEmbedder(HashEmbedder):
         """The earlier form of finding the words' rows: a Python call (``_id``) per word."""
@@ -126,10 +126,7 @@ def main() -> None:
         f"no context) took 19-23 s and the context run's 43-49 s.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    with atomic_write(args.out) as f:
-        f.write(text)
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":

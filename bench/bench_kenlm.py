@@ -27,7 +27,7 @@ import numpy as np
 
 from rescorer.core.data import REPO_ROOT, default_data_dir
 from rescorer.core.machine import cpu_name
-from rescorer.core.output import atomic_write
+from rescorer.core.output import write_report
 from rescorer.features import add_lm_scores
 from rescorer.formats import read_nbest
 from rescorer.lms.contract import sentence_scores
@@ -141,10 +141,7 @@ def main() -> None:
         f"{len(result.trace)} accepted moves; errors {result.initial_errors} -> {result.errors}",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    with atomic_write(args.out) as f:
-        f.write(text)
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -257,6 +257,16 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
             yield f
 
 
+def write_report(path: str | Path, lines: list[str]) -> str:
+    """Print a report's ``lines`` (Markdown) and write them to ``path`` atomically
+    (:func:`atomic_write`); returns the text. The ``bench/`` scripts end with it."""
+    text = "\n".join(lines)
+    print(text)  # noqa: T201 - a report for the terminal as well as the file
+    with atomic_write(path) as f:
+        f.write(text)
+    return text
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux ``renameat2``); False where the system cannot."""
     try:
