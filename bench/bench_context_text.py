@@ -126,7 +126,7 @@ def main() -> None:
         f"no context) took 19-23 s and the context run's 43-49 s.",
         "",
     ]
-    write_report(args.out, lines)
+    print(write_report(args.out, lines))
 
 
 if __name__ == "__main__":

@@ -141,7 +141,7 @@ def main() -> None:
         f"{len(result.trace)} accepted moves; errors {result.initial_errors} -> {result.errors}",
         "",
     ]
-    write_report(args.out, lines)
+    print(write_report(args.out, lines))
 
 
 if __name__ == "__main__":

@@ -258,10 +258,9 @@ def atomic_write(path: str | Path, mode: str = "w") -> Iterator[IO]:
 
 
 def write_report(path: str | Path, lines: list[str]) -> str:
-    """Print a report's ``lines`` (Markdown) and write them to ``path`` atomically
-    (:func:`atomic_write`); returns the text. The ``bench/`` scripts end with it."""
+    """Write a report's ``lines`` (Markdown, joined by newlines) to ``path`` atomically
+    (:func:`atomic_write`) and return the text (the ``bench/`` scripts print it too)."""
     text = "\n".join(lines)
-    print(text)  # noqa: T201 - a report for the terminal as well as the file
     with atomic_write(path) as f:
         f.write(text)
     return text
