@@ -20,7 +20,7 @@ def test_write_report_replaces_the_file_and_returns_its_text(tmp_path: Path) -> 
 
 def test_write_report_under_a_file_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("a file\n")
-    with pytest.raises(OutputError, match="not a folder"):
+    with pytest.raises(OutputError, match="a part of the path above it is a file"):
         write_report(tmp_path / "f" / "r.md", ["x"])
     assert [p.name for p in tmp_path.iterdir()] == ["f"]
     assert (tmp_path / "f").read_text() == "a file\n"
