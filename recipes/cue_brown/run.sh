@@ -31,7 +31,7 @@ if run_stage 0; then
 fi
 
 if run_stage 1 && [ ! -s "$EXP/data/stats.json" ]; then
-  log "stage 1: Brown sentences, context records (genre, source, document, previous), vocabulary"
+  log "stage 1: sentences of data.corpus (Brown or the novels) with their context records, vocabulary"
   timed prepare local_py prepare
 fi
 
