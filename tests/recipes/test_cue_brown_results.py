@@ -324,7 +324,7 @@ def test_results_describe_the_novels(tmp_path):
     here.mkdir()
     res.tables(exp, here, conf)
     text = (here / "RESULTS.md").read_text()
-    assert text.startswith("# CUE on novels (corpora/gutenberg)")
+    assert text.startswith("# CUE on the Gutenberg novels (Novotney")
     assert "cut into blocks of 50 consecutive sentences, 2,650 of them at random, split 80/10/10 " \
         "within each novel" in text  # fmt: skip
     assert "(8/1/1 blocks)" in text and "`author: charles dickens`" in text

@@ -190,7 +190,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     only_t3 = conf.get("stop_after") == "t3"
     only_t5 = conf.get("stop_after") == "t5"
     novels = conf["data"].get("corpus", "brown") == "novels"
-    corpus_name = "novels (corpora/gutenberg)" if novels else "the Brown corpus"
+    corpus_name = "the Gutenberg novels" if novels else "the Brown corpus"
     add(f"# CUE on {corpus_name} (Novotney et al. 2022): results\n")
     conf_note = "" if conf_path.name == "recipe.json" else f"CONF=conf/{conf_path.name} "
     add(f"- Command: `{conf_note}bash recipes/cue_brown/run.sh` (every step niced)")
