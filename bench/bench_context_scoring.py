@@ -46,18 +46,12 @@ BOOKS = ("Kipling_Captains_1896.txt", "Forster_Angels_1905.txt", "Bennet_Helen_1
 def training_text(books_dir: Path, out: Path) -> tuple[int, int]:
     """The books as lower-cased, tokenised sentences in blocks of BLOCK (blank lines between):
     consecutive sentences as consecutive utterances. Returns (sentences, words)."""
-    from lm_models.corpora import split_sentences, tokenize
+    from lm_models.corpora import book_sentences
 
     n_sent = n_words = 0
     with open(out, "w", encoding="utf-8") as f:
         for name in BOOKS:
-            text = (books_dir / name).read_text(encoding="utf-8-sig").replace("\r\n", "\n")
-            sentences = [
-                words
-                for para in text.split("\n\n")
-                for piece in split_sentences(" ".join(para.split()))
-                if (words := tokenize(piece))
-            ]
+            sentences = book_sentences((books_dir / name).read_text(encoding="utf-8-sig"))
             for i, words in enumerate(sentences):
                 f.write(" ".join(words) + "\n")
                 if (i + 1) % BLOCK == 0:

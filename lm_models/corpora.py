@@ -607,6 +607,19 @@ def read_state_union(folder: str | Path, lower: bool = True) -> list[Document]:
     return docs
 
 
+def book_sentences(text: str, lower: bool = True) -> list[list[str]]:
+    """The tokenised sentences of a book's text in reading order: paragraphs separated by blank
+    lines (LF or CRLF), a paragraph's hard-wrapped lines joined, split into sentences
+    (:func:`split_sentences`, not after a title such as ``Mr.``) and tokenised (:func:`tokenize`,
+    lower-cased when ``lower``); pieces without words dropped."""
+    return [
+        words
+        for para in re.split(r"\n\s*\n", text)
+        for piece in _join_titles(split_sentences(" ".join(para.split())))
+        if (words := tokenize(piece, lower=lower))
+    ]
+
+
 _NOVEL_TITLES_HEADER = ["file", "author", "title", "year", "words"]
 
 
@@ -616,11 +629,9 @@ def read_novels(folder: str | Path, lower: bool = True) -> list[Document]:
     list's order, ``doc_id`` the file stem, fields ``author``, ``title`` and ``year``.
 
     The text (UTF-8, an optional byte-order mark, CRLF or LF line ends, hard-wrapped lines) is
-    read as paragraphs separated by blank lines; a paragraph's lines are joined, split into
-    sentences (:func:`split_sentences`, not after a title such as ``Mr.``) and tokenised
-    (:func:`tokenize`: most punctuation removed, lower-cased when ``lower``). Title and chapter
-    headings stay, as the short sentences they are. Sentences run on across paragraphs in reading
-    order, so consecutive sentences are consecutive in the book.
+    read by :func:`book_sentences`. Title and chapter headings stay, as the short sentences they
+    are. Sentences run on across paragraphs in reading order, so consecutive sentences are
+    consecutive in the book.
     """
     folder = Path(folder)
     listing = folder / "titles.tsv"
@@ -647,13 +658,7 @@ def read_novels(folder: str | Path, lower: bool = True) -> list[Document]:
         path = folder / cols[0]
         if not path.is_file():
             raise InputError(f"novel {cols[0]!r} listed here is missing", listing, lineno)
-        text = path.read_text(encoding="utf-8-sig").replace("\r\n", "\n")
-        sentences = [
-            words
-            for para in re.split(r"\n\s*\n", text)
-            for piece in _join_titles(split_sentences(" ".join(para.split())))
-            if (words := tokenize(piece, lower=lower))
-        ]
+        sentences = book_sentences(path.read_text(encoding="utf-8-sig"), lower)
         if not sentences:
             raise InputError(f"novel {cols[0]!r} has no text", listing, lineno)
         fields = {"author": cols[1], "title": cols[2], "year": cols[3]}

@@ -23,8 +23,8 @@
 # an LSTM trained with a `previous` text context, conf/lease/previous.json, and CTX_BASE, its
 # twin without one, conf/lease/word.json; defaults exp/lease_pair/{previous,word}/best, where
 # scripts/lease/unpack.py --dest exp/lease_pair put the pair of 2026-11-27), CTX_K (previous
-# utterances of the same chapter, 3). The context is the system's own 1-best of the earlier utterances (never the references, which
-# give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
+# utterances of the same chapter, 3). The context is the system's own 1-best of the earlier
+# utterances (never the references, which give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
 # with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py):
 # CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
 # CACHE_MIN_CHARS (only words of at least this many letters are cached, 5). RESULTS (the
