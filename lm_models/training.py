@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import logging
 import math
 import time
@@ -43,6 +44,7 @@ from lm_models.distributed import (
     current_world,
     end_process,
 )
+from lm_models.prefetch import Prefetcher
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_fields, read_json
 
@@ -260,8 +262,14 @@ class FitOptions:
     # running then finishes, is evaluated and saved). None: no budget. For a lease of fixed
     # length (a borrowed GPU, a CI job); a resumed run counts its own call only.
     max_seconds: float | None = None
+    # With a ``prepare_fn`` (see :func:`fit`): how many batches a background thread prepares
+    # ahead of the step (lm_models.prefetch); 0: each batch is prepared in the loop, just before
+    # its step. The numbers are the same either way.
+    prefetch: int = 2
 
     def __post_init__(self) -> None:
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.max_seconds is not None and not self.max_seconds > 0:
             raise ValueError(f"max_seconds must be > 0 or None, got {self.max_seconds}")
         if self.epochs < 0:
@@ -442,6 +450,7 @@ def fit(
     start_epoch: int = 1,
     keeper: BestKeeper | None = None,
     on_epoch_end: Callable[[EpochRecord, BestKeeper], None] | None = None,
+    prepare_fn: Callable[[Any], Any] | None = None,
 ) -> FitResult:
     """Train ``model`` epoch by epoch, keep and restore the weights of the best dev epoch.
 
@@ -478,11 +487,22 @@ def fit(
             break
         (train_mode or model.train)()
         batches = epoch_batches_fn(epoch)
-        if world.parallel:  # this process's own batches, as many as every process has
+        # this process's own batches, as many as every process has (a sequence is cut at once)
+        lazy_common = world.parallel and not isinstance(batches, Sequence)
+        if world.parallel and not lazy_common:
             batches = common_steps(batches, world)
         total = len(batches) if isinstance(batches, Sequence) else None
         if total is not None and cap is not None:
             total = min(total, cap)
+        prefetcher = None
+        if prepare_fn is not None:
+            source = batches if cap is None else itertools.islice(batches, cap)
+            if options.prefetch > 0:
+                batches = prefetcher = Prefetcher(source, prepare_fn, options.prefetch)
+            else:
+                batches = map(prepare_fn, source)
+        if lazy_common:  # a collective per batch: in this thread, after any prefetching
+            batches = common_steps(batches, world)
         t0, loss_sum, count, tokens, steps = time.perf_counter(), 0.0, 0, 0, 0
         shown = t0
         bar = tqdm(
@@ -492,30 +512,34 @@ def fit(
             unit="batch",
             disable=not show,
         )
-        for n, batch in enumerate(bar):
-            if cap is not None and n >= cap:
-                break
-            step = step_fn(batch)
-            optimizer.zero_grad(set_to_none=True)
-            step.loss.backward()
-            average_gradients(params, world)
-            if options.grad_clip is not None:
-                nn.utils.clip_grad_norm_(params, options.grad_clip)
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            loss_sum += float(step.logged)
-            count += step.count
-            tokens += step.count if step.tokens is None else step.tokens
-            steps += 1
-            now = time.perf_counter()
-            if show and now - shown >= POSTFIX_SECONDS:
-                shown = now  # the bar redraws by itself; the figures need not change every step
-                bar.set_postfix(
-                    loss=f"{loss_sum / max(count, 1):.3f}",
-                    tok_s=f"{tokens / (now - t0):.0f}",
-                    refresh=False,
-                )
+        try:
+            for n, batch in enumerate(bar):
+                if cap is not None and n >= cap:
+                    break
+                step = step_fn(batch)
+                optimizer.zero_grad(set_to_none=True)
+                step.loss.backward()
+                average_gradients(params, world)
+                if options.grad_clip is not None:
+                    nn.utils.clip_grad_norm_(params, options.grad_clip)
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                loss_sum += float(step.logged)
+                count += step.count
+                tokens += step.count if step.tokens is None else step.tokens
+                steps += 1
+                now = time.perf_counter()
+                if show and now - shown >= POSTFIX_SECONDS:
+                    shown = now  # the bar redraws by itself; the figures need not change every step
+                    bar.set_postfix(
+                        loss=f"{loss_sum / max(count, 1):.3f}",
+                        tok_s=f"{tokens / (now - t0):.0f}",
+                        refresh=False,
+                    )
+        finally:
+            if prefetcher is not None:  # stopped before the dev evaluation (and on errors)
+                prefetcher.close()
         bar.close()
         seconds = time.perf_counter() - t0
         dev = evaluate_fn()

@@ -64,7 +64,7 @@ from lm_models.lstm.data import (  # noqa: F401  (names of this module before th
     examples_of,
     prepare_data,
 )
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
+from lm_models.lstm.model import ContextLike, ContextLSTM, LSTMConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
 from lm_models.tokenizer import SubwordTokenizer
 from lm_models.training import (
@@ -168,8 +168,15 @@ class TrainOptions:
     # Wall-clock budget of one `rescorer train` call in seconds: no epoch starts once it is
     # spent, the last one is saved as usual (None: none). For a borrowed GPU of fixed length.
     max_seconds: float | None = None
+    # Batches collated, moved to the device and given their encoded context by a background
+    # thread ahead of the step (lm_models.prefetch); 0: in the loop. The same numbers either
+    # way; on a GPU it hides the text context's embedding (0.12 s a 32k-token batch for hash:256,
+    # bench/results/context_text.md), which doubled the epoch time of the first context run.
+    prefetch: int = 2
 
     def __post_init__(self) -> None:
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {self.prefetch!r}")
         if not 0.0 < self.lr_decay <= 1.0:
             raise ValueError(f"lr_decay must be in (0, 1], got {self.lr_decay!r}")
         for name in ("adapt_lr_scale", "bias_lr_scale"):
@@ -265,19 +272,19 @@ class LossModule(nn.Module):
         inputs: torch.Tensor,
         targets: torch.Tensor,
         mask: torch.Tensor,
-        records: Sequence[Mapping[str, Any] | None] | None,
+        context: ContextLike,
         samples: torch.Tensor | None = None,
         log_expected: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if samples is None:
             # only the targets' values: the class-factored output computes their classes, the
             # full softmax runs by cache-sized blocks on the CPU (lm_models.output)
-            logp = self.model.target_log_probs(inputs, targets, records, mask > 0)  # (N, T)
+            logp = self.model.target_log_probs(inputs, targets, context, mask > 0)  # (N, T)
             return -logp.sum() / mask.sum()
         assert log_expected is not None
-        h = self.model.hidden(inputs, records)  # (N, T, d)
+        h = self.model.hidden(inputs, context)  # (N, T, d)
         return sampled_softmax_loss(
-            lambda ids: self.model.output_logits(h, records, ids),
+            lambda ids: self.model.output_logits(h, context, ids),
             targets,
             samples,
             log_expected,
@@ -414,16 +421,24 @@ def train(
         batches = bucket_parts(data.train_parts(seed, epoch), opts.batch_tokens, seed)
         return batches if data.stream is not None else list(batches)
 
-    def step(examples: list[Example]) -> Step:
+    def prepare(examples: list[Example]) -> tuple[Batch, dict[str, torch.Tensor] | None]:
+        """A batch on the device and its encoded context (None: unadapted); run ahead of the
+        step in a background thread (``prefetch``). Draws no random numbers."""
         batch: Batch = collate(examples, pad_id).to(device)
-        records = list(batch.records) if model.adaptive else None
+        if not model.adaptive:
+            return batch, None
+        encoded = model.encode_records(list(batch.records))
+        return batch, {name: value.to(device) for name, value in encoded.items()}
+
+    def step(prepared: tuple[Batch, dict[str, torch.Tensor] | None]) -> Step:
+        batch, context = prepared
         samples = sampler.sample(epoch_gen[0]).to(device) if sampler is not None else None
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
             loss = loss_module(
                 batch.inputs,
                 batch.targets,
                 batch.mask().float(),
-                records,
+                context,
                 samples,
                 log_expected,
             )
@@ -482,6 +497,7 @@ def train(
             progress=progress and world.is_main,
             name="LSTM",
             max_seconds=opts.max_seconds,
+            prefetch=opts.prefetch,
         ),
         start_epoch=state["epoch"] + 1,
         keeper=BestKeeper(
@@ -494,6 +510,7 @@ def train(
             keep_weights=False,  # the best checkpoint is on disk (best/)
         ),
         on_epoch_end=end_epoch,
+        prepare_fn=prepare,
     )
     barrier(world)  # no process leaves while the main one still saves
     return TrainResult(

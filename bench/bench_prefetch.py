@@ -1,0 +1,159 @@
+"""Training speed of an LSTM with a `previous` text context, batches prepared in the loop or
+ahead in a background thread (``train.prefetch``, lm_models.prefetch; issue 16).
+
+The lease's context run trained at half its no-context twin's speed: each 32k-token batch's
+previous texts were embedded (``hash:256``) in the training loop, 0.12 s a batch on the CPU
+(``bench/results/context_text.md``). With ``prefetch`` the next batches are collated, moved to
+the device and embedded by a worker thread while the current step runs.
+
+Three runs of the same model on the first ``--books`` novels (one block per book, in reading
+order), each ``--steps`` steps of one epoch, interleaved over ``--rounds`` rounds in one
+process: the context model with ``prefetch`` 0 and 2, and its no-context twin (no previous
+text, prefetch 2) as the bound. Reported: the training loop's seconds (``EpochRecord.seconds``:
+no data preparation before the loop, no dev evaluation), median over the rounds, and the ratios
+within this run. The first run and every round's results must agree where they should: the
+two context runs end with equal dev perplexity.
+
+    .venv/bin/python bench/bench_prefetch.py [--device cpu|cuda] [--books 4] [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu, cuda (the lease's runs: cuda)")
+    ap.add_argument("--books", type=int, default=4, help="novels read (in titles.tsv order)")
+    ap.add_argument("--steps", type=int, default=30, help="training steps per run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch-tokens", type=int, default=8192)
+    ap.add_argument("--embed-dim", type=int, default=128)
+    ap.add_argument("--hidden-dim", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the step")
+    ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default bench/results/prefetch_DEVICE.md"
+    )
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from lm_models.corpora import read_novels
+    from lm_models.lstm.train import TrainConfig, train
+    from rescorer.core.data import default_data_dir
+    from rescorer.core.machine import cpu_name
+    from rescorer.core.output import write_report
+
+    data_dir = args.data_dir or default_data_dir()
+    docs = read_novels(data_dir / "corpora" / "gutenberg")[: args.books]
+    words = sum(d.n_tokens for d in docs)
+    work = Path(tempfile.mkdtemp(prefix="bench_prefetch_"))
+    with open(work / "books.txt", "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write("\n".join(" ".join(s) for s in d.sentences) + "\n\n")
+
+    def config(previous: bool, prefetch: int) -> TrainConfig:
+        data: dict[str, object] = {
+            "corpus": "plain",
+            "path": "books.txt",
+            "plain_documents": "block",
+            "split": [0.98, 0.02, 0.0],
+            "max_len": 60,
+            "vocab_size": 20000,
+        }
+        model: dict[str, object] = {
+            "mode": "unadapted",
+            "embed_dim": args.embed_dim,
+            "hidden_dim": args.hidden_dim,
+            "num_classes": 16,
+            "shortlist": 2000,
+        }
+        if previous:
+            data["previous"] = {
+                "sentences": 3,
+                "encoder": "hash:256",
+                "noise": {"substitution": 0.03, "deletion": 0.01, "insertion": 0.01, "seed": 0},
+            }
+            model.update(mode="concat", context_dim=64)
+        return TrainConfig.from_json(
+            {
+                "data": data,
+                "model": model,
+                "train": {
+                    "epochs": 1,
+                    "batch_tokens": args.batch_tokens,
+                    "device": args.device,
+                    "max_steps_per_epoch": args.steps,
+                    "prefetch": prefetch,
+                },
+            }
+        )
+
+    runs = {
+        "context, prepared in the loop (prefetch 0)": config(True, 0),
+        "context, prepared ahead (prefetch 2)": config(True, 2),
+        "no context (the twin), prefetch 2": config(False, 2),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    tokens: dict[str, int] = {}
+    dev: dict[str, set[float]] = {name: set() for name in runs}
+    device = ""
+    for r in range(args.rounds):
+        for i, (name, cfg) in enumerate(runs.items()):
+            result = train(cfg, work, work / f"run{r}_{i}", progress=False, resume=False)
+            (epoch,) = result.epochs
+            seconds[name].append(epoch.seconds)
+            tokens[name] = epoch.tokens
+            dev[name].add(round(epoch.dev_ppl, 6))
+            device = result.device
+    names = list(runs)
+    ctx0, ctx2, twin = (statistics.median(seconds[n]) for n in names)
+    same = dev[names[0]] == dev[names[1]] and len(dev[names[0]]) == 1
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    machine = torch.cuda.get_device_name() if device.startswith("cuda") else f"{cpu_name()}, CPU"
+    lines = [
+        "# Prefetching batches with a `previous` text context (issue 16)",
+        "",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"- Machine: {machine} ({device}); {os.cpu_count()} CPU cores, {args.threads} torch "
+        f"thread(s) for the step; load average (1 min) {os.getloadavg()[0]:.2f} at the end; "
+        f"working tree at `{head}`",
+        f"- Data: the first {len(docs)} novels of `corpora/gutenberg` ({words:,} words), one "
+        f"block per book; context: the 3 previous sentences, ASR-like noise, `hash:256`",
+        f"- Model: LSTM e={args.embed_dim}, d={args.hidden_dim}, class-factored softmax, "
+        f"concat context k=64 (the twin: unadapted); {args.steps} steps of about "
+        f"{args.batch_tokens:,} tokens; median of {args.rounds} rounds, interleaved",
+        "",
+        "| run | loop seconds | tokens/s | vs the twin |",
+        "|---|---|---|---|",
+        *(
+            f"| {n} | {s:.2f} | {tokens[n] / s:,.0f} | {s / twin:.2f}x |"
+            for n, s in zip(names, (ctx0, ctx2, twin), strict=True)
+        ),
+        "",
+        f"- Prefetching makes the context run **{ctx0 / ctx2:.2f}x** faster; the context's "
+        f"remaining cost over the twin is {100 * (ctx2 / twin - 1):.0f} % "
+        f"({100 * (ctx0 / twin - 1):.0f} % in the loop).",
+        f"- Dev perplexity equal with and without prefetching: {'yes' if same else 'NO'} "
+        f"({sorted(dev[names[0]])} and {sorted(dev[names[1]])}).",
+        "",
+    ]
+    out = args.out or REPO / "bench" / "results" / f"prefetch_{args.device.split(':')[0]}.md"
+    print(write_report(out, lines))
+
+
+if __name__ == "__main__":
+    main()
