@@ -203,6 +203,7 @@ def test_ablation_rows_only_where_the_conf_has_their_sets(tmp_path):
     for name in ("meta_source", "both_source", "meta_doc", "both_doc"):
         del c["sets"][name]
     c["ablation_seeds"] = {}
+    c.pop("encoder_rows")
     conf.write_text(json.dumps(c))
     res.tables(exp, tmp_path / "without", conf)
     text = (tmp_path / "without" / "RESULTS.md").read_text()
@@ -329,3 +330,22 @@ def test_results_describe_the_novels(tmp_path):
         "within each novel" in text  # fmt: skip
     assert "(8/1/1 blocks)" in text and "`author: charles dickens`" in text
     assert "Brown" not in text.split("## Table 3 layout")[0]
+
+
+def test_encoder_rows_are_table3_ablations_named_alike_in_both_scripts(tmp_path):
+    cue = load_local("cue_brown")
+    assert cue.encoder_row_name("prev", "hash:384") == "t3_prev_hash384"
+    assert res.encoder_row_name("prev", "hash:384") == cue.encoder_row_name("prev", "hash:384")
+    runs = {"t3_none": 1000.0, "t3_prev": 912.0, "t3_prev_hash384": 880.0}
+    rows = table3(tmp_path, runs)  # the full conf lists {"prev": ["hash:384"]}
+    row = rows["ablation: + previous sentence, encoded by `hash:384` instead of `minilm`"]
+    assert row[:2] == ["880.0", "-12.0%"]
+    assert rows["+ previous sentence"][:2] == ["912.0", "-8.8%"]
+
+
+def test_encoder_rows_of_an_unknown_set_refused_before_any_run(tmp_path):
+    drv = load_local("cue_brown")
+    for bad in ({"previous": ["hash:384"]}, {"prev": "hash:384"}, {"prev": []}):
+        conf = json.loads(CONF.read_text()) | {"encoder_rows": bad}
+        with pytest.raises(drv.SettingError, match=r"encoder_rows: expected"):
+            drv.experiments(conf, tmp_path)

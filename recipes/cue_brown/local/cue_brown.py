@@ -32,6 +32,10 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
   epochs and seed: how the previous sentence's gain grows with the training data.
 - ``ablation_seeds``: ``{set: [seed, ...]}``, extra seeds (among ``extra_seeds``) for some of
   Table 3's ablation rows (``ABLATION_SETS``), each paired with the control of its seed.
+- ``encoder_rows``: ``{set: [embedder, ...]}``: Table 3's row of that set again with each other
+  frozen encoder of the context strings (e.g. ``{"prev": ["hash:384"]}``: the previous
+  sentence as hashed word and character-trigram features, which keep its words' identity,
+  instead of MiniLM's meaning), run ``t3_SET_EMBEDDER`` (``t3_prev_hash384``), seed as Table 3.
 - ``stop_after``: ``"t3"`` ends the experiments after Table 3 (and pretraining skips the proxy
   auto-encoder): the context sets alone, for a budget that cannot hold every table; ``"t5"``
   runs Table 3, then Table 5's rows without the proxy (A = metadata adapted to B = previous
@@ -747,6 +751,12 @@ def _stage(result: Any) -> dict:
     }
 
 
+def encoder_row_name(set_name: str, spec: str) -> str:
+    """The run of ``encoder_rows``' set ``set_name`` with the embedder ``spec``
+    (``prev``, ``hash:384`` -> ``t3_prev_hash384``)."""
+    return f"t3_{set_name}_{re.sub(r'[^0-9a-z]+', '', spec.lower())}"
+
+
 def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> None:
     """Every run of the tables (those named in ``only``, when given: a name the configuration
     has no run of is a :class:`SettingError`, raised after the runs; so is a ``data_sizes``
@@ -759,6 +769,12 @@ def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> No
                 f"ablation_seeds: expected {{set: seeds}} with a set of {list(ABLATION_SETS)} "
                 f"the conf defines and seeds among extra_seeds {conf.get('extra_seeds', [])} "
                 f"(each is paired with that seed's control), got {set_name!r}: {more}"
+            )
+    for set_name, specs in conf.get("encoder_rows", {}).items():
+        if set_name not in conf["sets"] or not isinstance(specs, list) or not specs:
+            raise SettingError(
+                f"encoder_rows: expected {{set: [embedder, ...]}} with a set of "
+                f"{sorted(conf['sets'])}, got {set_name!r}: {specs!r}"
             )
     setup = Setup(conf, exp, conf["embedder"])
     n_train = len(setup.rows["train"])
@@ -803,6 +819,10 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
     for n in conf.get("data_sizes", []):
         for set_name in ("none", "prev"):
             r.joint(f"t3_{set_name}_n{n}", set_name, sentences=n)
+    # Table 3's rows with another frozen encoder of the context strings (``encoder_rows``).
+    for set_name, specs in conf.get("encoder_rows", {}).items():
+        for spec in specs:
+            r.joint(encoder_row_name(set_name, spec), set_name, embedder=spec, keep=True)
     stop_after = conf.get("stop_after")
     if stop_after == "t3":
         return

@@ -28,6 +28,12 @@ PAPER_T5 = [36.6, 29.7, 29.3, 31.8, 32.0, 30.9, 29.9, 30.4, 30.1, 28.8, 27.4]
 PAPER_T6 = [27.4, 29.4, 28.0, 28.2]
 
 
+def encoder_row_name(set_name: str, spec: str) -> str:
+    """The run of the conf's ``encoder_rows`` (the same as cue_brown.encoder_row_name, which
+    this module does not import: it loads no model code)."""
+    return f"t3_{set_name}_{re.sub(r'[^0-9a-z]+', '', spec.lower())}"
+
+
 def load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -371,6 +377,15 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
                 f"| ablation: + {label} | {fmt(v)} | {rel(v, control)} | "
                 f"{spread(name, among)} | {paired(name, 't3_none', among)} | "
                 "– | – |"
+            )
+    for set_name, specs in conf.get("encoder_rows", {}).items():
+        for spec in specs:
+            name = encoder_row_name(set_name, spec)
+            v = t(name)
+            label = " + ".join(conf["fields"].get(f, f) for f in conf["sets"][set_name])
+            add(
+                f"| ablation: + {label}, encoded by `{spec}` instead of `{conf['embedder']}` | "
+                f"{fmt(v)} | {rel(v, control)} | – | – | – | – |"
             )
     warm = [(n, t(f"t3_{n}_warm")) for n in ("none", "both")]
     if all(v is not None for _, v in warm):
