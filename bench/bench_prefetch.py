@@ -42,6 +42,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the step")
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument(
+        "--text",
+        type=Path,
+        default=None,
+        help="a plain text of blocks between blank lines instead of the novels (e.g. the lease's "
+        ".lease/data/books_by_book.txt); its first --books blocks",
+    )
+    ap.add_argument(
         "--out", type=Path, default=None, help="default bench/results/prefetch_DEVICE.md"
     )
     args = ap.parse_args()
@@ -55,13 +62,19 @@ def main() -> None:
     from rescorer.core.machine import cpu_name
     from rescorer.core.output import write_report
 
-    data_dir = args.data_dir or default_data_dir()
-    docs = read_novels(data_dir / "corpora" / "gutenberg")[: args.books]
-    words = sum(d.n_tokens for d in docs)
     work = Path(tempfile.mkdtemp(prefix="bench_prefetch_"))
+    if args.text is not None:
+        blocks = first_blocks(args.text, args.books)
+        source = f"the first {len(blocks)} blocks of `{args.text.name}`"
+    else:
+        data_dir = args.data_dir or default_data_dir()
+        docs = read_novels(data_dir / "corpora" / "gutenberg")[: args.books]
+        blocks = [[" ".join(s) for s in d.sentences] for d in docs]
+        source = f"the first {len(blocks)} novels of `corpora/gutenberg`"
+    words = sum(len(line.split()) for b in blocks for line in b)
     with open(work / "books.txt", "w", encoding="utf-8") as f:
-        for d in docs:
-            f.write("\n".join(" ".join(s) for s in d.sentences) + "\n\n")
+        for b in blocks:
+            f.write("\n".join(b) + "\n\n")
 
     def config(previous: bool, prefetch: int) -> TrainConfig:
         data: dict[str, object] = {
@@ -131,8 +144,8 @@ def main() -> None:
         f"- Machine: {machine} ({device}); {os.cpu_count()} CPU cores, {args.threads} torch "
         f"thread(s) for the step; load average (1 min) {os.getloadavg()[0]:.2f} at the end; "
         f"working tree at `{head}`",
-        f"- Data: the first {len(docs)} novels of `corpora/gutenberg` ({words:,} words), one "
-        f"block per book; context: the 3 previous sentences, ASR-like noise, `hash:256`",
+        f"- Data: {source} ({words:,} words), one block per book; context: the 3 previous "
+        "sentences, ASR-like noise, `hash:256`",
         f"- Model: LSTM e={args.embed_dim}, d={args.hidden_dim}, class-factored softmax, "
         f"concat context k=64 (the twin: unadapted); {args.steps} steps of about "
         f"{args.batch_tokens:,} tokens; median of {args.rounds} rounds, interleaved",
@@ -153,6 +166,20 @@ def main() -> None:
     ]
     out = args.out or REPO / "bench" / "results" / f"prefetch_{args.device.split(':')[0]}.md"
     print(write_report(out, lines))
+
+
+def first_blocks(path: Path, n: int) -> list[list[str]]:
+    """The first ``n`` blocks (runs of non-empty lines) of a text file."""
+    blocks: list[list[str]] = [[]]
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                blocks[-1].append(line.strip())
+            elif blocks[-1]:
+                if len(blocks) == n:
+                    break
+                blocks.append([])
+    return [b for b in blocks if b]
 
 
 if __name__ == "__main__":
