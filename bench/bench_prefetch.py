@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from lm_models.corpora import read_novels
+    from lm_models.lstm.context import clear_text_caches
     from lm_models.lstm.train import TrainConfig, train
     from rescorer.core.data import default_data_dir
     from rescorer.core.machine import cpu_name
@@ -124,6 +126,7 @@ def main() -> None:
     device = ""
     for r in range(args.rounds):
         for i, (name, cfg) in enumerate(runs.items()):
+            clear_text_caches()  # each run embeds its texts from cold, as a training run does
             result = train(cfg, work, work / f"run{r}_{i}", progress=False, resume=False)
             (epoch,) = result.epochs
             seconds[name].append(epoch.seconds)
@@ -132,6 +135,7 @@ def main() -> None:
             device = result.device
     names = list(runs)
     ctx0, ctx2, twin = (statistics.median(seconds[n]) for n in names)
+    embed = embedding_seconds(runs[names[0]], work, args.steps, args.rounds)
     same = dev[names[0]] == dev[names[1]] and len(dev[names[0]]) == 1
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
@@ -160,12 +164,41 @@ def main() -> None:
         f"- Prefetching makes the context run **{ctx0 / ctx2:.2f}x** faster; the context's "
         f"remaining cost over the twin is {100 * (ctx2 / twin - 1):.0f} % "
         f"({100 * (ctx0 / twin - 1):.0f} % in the loop).",
+        f"- What the prefetching can hide: encoding the {args.steps} batches' context records "
+        f"alone (the `hash:256` embedding, on the CPU, no step) takes {embed:.2f} s, "
+        f"{100 * embed / ctx0:.0f} % of the context run's loop in the loop; the rest of its "
+        "cost over the twin is the model's own (the context's input to every LSTM step).",
         f"- Dev perplexity equal with and without prefetching: {'yes' if same else 'NO'} "
         f"({sorted(dev[names[0]])} and {sorted(dev[names[1]])}).",
         "",
     ]
     out = args.out or REPO / "bench" / "results" / f"prefetch_{args.device.split(':')[0]}.md"
     print(write_report(out, lines))
+
+
+def embedding_seconds(cfg: Any, work: Path, steps: int, rounds: int) -> float:
+    """Median seconds to encode the context records of the first ``steps`` training batches of
+    epoch 1, as the trainer's ``prepare`` does, without training."""
+    import time
+
+    from lm_models.batching import bucket_parts
+    from lm_models.lstm.context import clear_text_caches
+    from lm_models.lstm.model import ContextLSTM
+    from lm_models.lstm.train import model_config, prepare_data
+
+    data = prepare_data(cfg, work)
+    model = ContextLSTM(model_config(cfg, data))
+    seed = cfg.train.seed * 1000 + 1  # the trainer's epoch-1 seed
+    parts = data.train_parts(seed, 1)
+    batches = list(bucket_parts(parts, cfg.train.batch_tokens, seed))[:steps]
+    times = []
+    for _ in range(rounds):
+        clear_text_caches()  # training embedded these very texts: a cold cache, as in training
+        start = time.perf_counter()
+        for batch in batches:
+            model.encode_records([e.record for e in batch])
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def first_blocks(path: Path, n: int) -> list[list[str]]:
