@@ -17,7 +17,8 @@ of the consumer, and hands the results over in order.
   consumer goes on; stopping early (a step cap, an error in the step) leaves no thread behind.
 
 Torch operations release the GIL, so ``prepare``'s Python work overlaps with the step's kernels;
-on a CPU with every core busy there is little to gain, and ``depth=0`` prepares inline.
+on a CPU with every core busy there is little to gain, and the epoch loop's ``prefetch=0``
+(:class:`lm_models.training.FitOptions`) prepares inline, without a Prefetcher.
 """
 
 from __future__ import annotations

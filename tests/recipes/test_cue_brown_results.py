@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,14 @@ import torch
 
 from tests.paths import REPO
 
+LOCAL = REPO / "recipes" / "cue_brown" / "local"
+
 
 def load_local(name: str):
-    """A module of recipes/cue_brown/local/ (the recipe's scripts are not a package)."""
+    """A module of recipes/cue_brown/local/ (the recipe's scripts are not a package; as when
+    they run, the folder is on the path, so cue_brown.py finds results.py)."""
+    if str(LOCAL) not in sys.path:
+        sys.path.insert(0, str(LOCAL))
     spec = importlib.util.spec_from_file_location(
         f"cue_brown_{name}", REPO / "recipes" / "cue_brown" / "local" / f"{name}.py"
     )

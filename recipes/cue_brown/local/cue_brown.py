@@ -76,6 +76,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from results import ABLATION_SETS, encoder_row_name  # this folder's tables (no model code)
 
 from lm_models.corpora import (
     chunk_documents,
@@ -102,9 +103,6 @@ from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.vocab import Vocabulary
 
 logger = logging.getLogger("cue_brown")
-
-# Table 3's ablation rows, each run where the conf defines its set (see ``_all_runs``).
-ABLATION_SETS = ("meta_source", "both_source", "meta_doc", "both_doc")
 
 # Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
 STAGE = "stage"
@@ -749,12 +747,6 @@ def _stage(result: Any) -> dict:
         "train_seconds": result.seconds,
         "epochs": [e.__dict__ for e in result.epochs],
     }
-
-
-def encoder_row_name(set_name: str, spec: str) -> str:
-    """The run of ``encoder_rows``' set ``set_name`` with the embedder ``spec``
-    (``prev``, ``hash:384`` -> ``t3_prev_hash384``)."""
-    return f"t3_{set_name}_{re.sub(r'[^0-9a-z]+', '', spec.lower())}"
 
 
 def experiments(conf: dict, exp: Path, only: frozenset[str] | None = None) -> None:

@@ -20,8 +20,7 @@ from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
 
 PAPER_T3 = [None, 36.6, 35.9, 29.8, 27.4]
-# Table 3's ablation sets in table order (the same as cue_brown.ABLATION_SETS, which this
-# script does not import: it would pull in torch).
+# Table 3's ablation sets in table order; cue_brown.py runs each where the conf defines its set.
 ABLATION_SETS = ("meta_source", "both_source", "meta_doc", "both_doc")
 PAPER_T4 = [27.4, 29.6, 33.5, 34.8, 36.6, 643]
 PAPER_T5 = [36.6, 29.7, 29.3, 31.8, 32.0, 30.9, 29.9, 30.4, 30.1, 28.8, 27.4]
@@ -29,8 +28,8 @@ PAPER_T6 = [27.4, 29.4, 28.0, 28.2]
 
 
 def encoder_row_name(set_name: str, spec: str) -> str:
-    """The run of the conf's ``encoder_rows`` (the same as cue_brown.encoder_row_name, which
-    this module does not import: it loads no model code)."""
+    """The run of the conf's ``encoder_rows`` set ``set_name`` with the embedder ``spec``
+    (``prev``, ``hash:384`` -> ``t3_prev_hash384``); cue_brown.py trains it under this name."""
     return f"t3_{set_name}_{re.sub(r'[^0-9a-z]+', '', spec.lower())}"
 
 
