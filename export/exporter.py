@@ -80,6 +80,7 @@ from export.format import (
     DECODER_KINDS,
     FORMAT,
     FORMAT_VERSION,
+    HISTORY_KINDS,
     KEY_BLANK_ID,
     KEY_CONTEXT_DIM,
     KEY_CONTEXT_VARIABLES,
@@ -87,6 +88,7 @@ from export.format import (
     KEY_EXPECTED_VECTOR,
     KEY_FORMAT,
     KEY_FORMAT_VERSION,
+    KEY_HISTORY_FIELD,
     KEY_KIND,
     KEY_TOKEN_IDS,
     KEY_VECTOR_FIELD,
@@ -534,6 +536,7 @@ def export_metadata(
         "num_contexts": str(len(records)),
         KEY_VOCAB_FILE: vocab_file,
         "log_base": LOG_BASE,
+        **({KEY_HISTORY_FIELD: cfg.history} if cfg.history else {}),
     }
 
 
@@ -552,6 +555,11 @@ def build_model(
         raise ValueError("an export in ASR token ids needs the model's vocabulary to check")
     if not isinstance(model, ContextLSTM):
         raise ValueError(f"expected a ContextLSTM model, got {type(model).__name__}")
+    if model.config.history and options.kind not in HISTORY_KINDS:
+        raise ValueError(
+            f"a history model reads the previous utterances through its state (h0, c0): "
+            f"expected one of the kinds {HISTORY_KINDS}, got {options.kind!r}"
+        )
     if options.multi:
         records = context_records(model, options.contexts, options.max_contexts)
     else:

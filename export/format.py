@@ -40,6 +40,9 @@ KINDS = ("step", "multi", "scorer", "multi-scorer", NLL_KIND, SCORE_TOKEN_KIND, 
 # The kinds a decoder loads with its own token ids: they may speak an ASR model's ids
 # (metadata token_ids = "asr"); the others keep the toolkit's (<unk> 0, <s> 1, </s> 2).
 DECODER_KINDS = (SCORE_TOKEN_KIND, NLL_KIND)
+# The kinds with a state input, which a history model (LSTMConfig.history) needs: the previous
+# utterances are run through the graph and the sentence starts from the state they leave.
+HISTORY_KINDS = (*STEP_KINDS, SCORE_TOKEN_KIND, VECTOR_STEP_KIND)
 CUE_KIND = "cue-scorer"  # CUE decoder with the CUE vector as an input
 LBL_KIND = "lbl-step"  # LBL with one attribute record folded in
 
@@ -86,6 +89,10 @@ KEY_CONTEXT_DIM = "context_dim"
 KEY_VECTOR_FIELD = "context_vector_field"
 KEY_EXPECTED_VECTOR = "expected_context_vector"
 VECTOR_FIELD = "context_vector"  # the field's name unless the export says otherwise
+# A history model (LSTMConfig.history): the context-record field whose text, one earlier
+# utterance per line, is run through the graph as ``<s> w1 .. wn`` before the sentence (from the
+# zero state, its end state the sentence's h0/c0). Absent or "": none.
+KEY_HISTORY_FIELD = "history_field"
 INTEGER_KEYS = (
     "vocab_size",
     "sos_id",

@@ -26,6 +26,7 @@ from export.format import (
     KEY_EXPECTED_VECTOR,
     KEY_FORMAT,
     KEY_FORMAT_VERSION,
+    KEY_HISTORY_FIELD,
     KEY_KIND,
     KEY_TOKEN_IDS,
     KEY_VECTOR_FIELD,
@@ -78,6 +79,8 @@ class OnnxMeta:
     context_dim: int = 0
     vector_field: str = ""
     expected_vector: tuple[float, ...] = ()
+    # A history model's field (its previous utterances run through the graph first); "": none.
+    history: str = ""
 
     @property
     def multi(self) -> bool:
@@ -172,8 +175,15 @@ class OnnxMeta:
                 "vector_field": field,
                 "expected_vector": tuple(float(x) for x in expected),
             }
+        history = props.get(KEY_HISTORY_FIELD, "")
+        if history and kind in SCORER_KINDS:
+            raise ValueError(
+                f"{path}: metadata {KEY_HISTORY_FIELD} {history!r} on a {kind!r} export: a "
+                "history model needs a state input (a step kind)"
+            )
         return cls(
             **vector,
+            history=history,
             token_ids=token_ids,
             blank_id=integer(KEY_BLANK_ID) if token_ids == "asr" else None,
             kind=kind,

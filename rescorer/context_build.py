@@ -1,11 +1,12 @@
 """Context files from the recording itself: the system's own text of the previous utterances.
 
 For each utterance, the 1-best of the ``previous`` utterances before it in the same group (a
-LibriSpeech chapter, a speaker, a recording), oldest first, joined into one text field, plus the
-group's metadata. The text is the *system's* output, never a reference: the first pass's 1-best
-(each list's first hypothesis, as the decoder ranked it), or the rescored 1-best of an earlier
-pass (``rescorer rescore``'s ``1best.txt``) for a second pass. An online decoder has exactly
-this when it reaches the utterance.
+LibriSpeech chapter, a speaker, a recording), oldest first, one line each (joined by newlines:
+models that embed the text read its words, a history model reads each line as an utterance of
+its own), in one text field, plus the group's metadata. The text is the *system's* output,
+never a reference: the first pass's 1-best (each list's first hypothesis, as the decoder ranked
+it), or the rescored 1-best of an earlier pass (``rescorer rescore``'s ``1best.txt``) for a
+second pass. An online decoder has exactly this when it reaches the utterance.
 
 Groups and order come from the utterance ids: ``speaker-chapter-index`` (LibriSpeech, and any id
 whose last ``-`` or ``_`` part is its position) gives the recording ``speaker-chapter``, the
@@ -102,9 +103,9 @@ def build_contexts(
                 record["speaker"] = places[u].speaker
                 record["recording"] = places[u].recording
             earlier = members[max(0, i - options.previous) : i]
-            words = [w for e in earlier for w in texts[e]]
-            if words:
-                record[options.field] = " ".join(words)
+            lines = [" ".join(texts[e]) for e in earlier if texts[e]]
+            if lines:
+                record[options.field] = "\n".join(lines)
             contexts[u] = record
     return {u: contexts[u] for u in texts}  # the input's order
 

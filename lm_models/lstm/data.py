@@ -148,6 +148,15 @@ class DataConfig:
     # A text context variable derived from the sentences before each sentence in its document,
     # with optional ASR-like noise (PreviousText); None: none.
     previous: PreviousText | None = None
+    # Train on runs of up to ``history + 1`` consecutive sentences of a document, each run read
+    # as one sequence (``<s> s1 <s> s2 ..``, every word and every ``</s>`` a target), so that the
+    # LSTM learns to carry its state across sentence bounds. Scoring then reads the earlier
+    # text from the context field ``history_field`` (one line per earlier utterance, as
+    # `rescorer context build --previous K` writes it) before each sentence. 0: sentences one
+    # by one, from the zero state.
+    history: int = 0
+    # The context field a history model reads its earlier text from (with history > 0).
+    history_field: str = "previous"
 
     def with_train_shards(self, shards: str | Path) -> DataConfig:
         """This data section training on the shard folder ``shards`` instead of ``path``."""
@@ -183,6 +192,23 @@ class DataConfig:
             raise ValueError(
                 "data.plain_documents 'block'/'file' with train_shards: text shards keep no "
                 "blank lines or file bounds; shard a JSONL corpus (a document per line) instead"
+            )
+        h = self.history
+        if not isinstance(h, int) or isinstance(h, bool) or h < 0:
+            raise ValueError(f"data.history: expected an integer >= 0, got {h!r}")
+        if h and self.previous is not None:
+            raise ValueError(
+                "data.history reads the earlier sentences as the LSTM's own input and "
+                "data.previous embeds them as a context vector: give one or the other, got both"
+            )
+        if h and (not isinstance(self.history_field, str) or not self.history_field.strip()):
+            raise ValueError(
+                f"data.history_field: expected a context field name, got {self.history_field!r}"
+            )
+        if h and self.history_field in self.context_fields:
+            raise ValueError(
+                f"data.history_field {self.history_field!r} is also in context_fields; the "
+                "history is read as text, not as a categorical variable"
             )
         if self.previous is not None and self.previous.field in self.context_fields:
             raise ValueError(
@@ -279,14 +305,37 @@ def examples_of(
     variables: Sequence[ContextVariable],
     tokenizer: SubwordTokenizer | None = None,
     derived: DerivedText | None = None,
+    history: int = 0,
 ) -> list[Example]:
+    """The encoded sentences of ``docs``; with ``history`` > 0, runs of up to ``history + 1``
+    consecutive sentences of a document joined into one example (:func:`join_runs`)."""
     out = []
     for doc in docs:
         records = sentence_records(doc, variables, derived)
+        mine = []
         for sentence, record in zip(doc.sentences, records, strict=True):
             units = sentence if tokenizer is None else tokenizer.encode(sentence)
             inputs, targets = vocab.encode_sentence(units)
-            out.append(Example(tuple(inputs), tuple(targets), record))
+            mine.append(Example(tuple(inputs), tuple(targets), record))
+        out.extend(join_runs(mine, history) if history else mine)
+    return out
+
+
+def join_runs(examples: Sequence[Example], history: int) -> list[Example]:
+    """One document's sentences in runs of ``history + 1`` (the last run shorter), each run
+    one example: inputs ``<s> s1 <s> s2 ..`` and targets ``s1 </s> s2 </s> ..``, so that the
+    k-th sentence of a run is predicted after the k - 1 before it, as a history model scores an
+    utterance after the previous ones. The run takes its first sentence's context record (a
+    document's categorical record is the same for all its sentences)."""
+    if history < 0:
+        raise ValueError(f"history: expected an integer >= 0, got {history}")
+    size = history + 1
+    out = []
+    for a in range(0, len(examples), size):
+        run = examples[a : a + size]
+        inputs = tuple(i for e in run for i in e.inputs)
+        targets = tuple(t for e in run for t in e.targets)
+        out.append(Example(inputs, targets, run[0].record))
     return out
 
 
@@ -475,6 +524,8 @@ class PreparedData:
     # This process's training documents in memory when the derived text is noisy: each
     # epoch's records are derived from them anew (`train` keeps the examples' units).
     train_docs: tuple[Document, ...] = ()
+    # Sentences joined per training example (data.history; 0: one).
+    history: int = 0
 
     def train_parts(
         self, seed: int, epoch: int = FIXED_EPOCH
@@ -493,7 +544,9 @@ class PreparedData:
             yield 0, [replace(e, record=r) for e, r in zip(self.train, records, strict=True)]
             return
         for shard, docs in self.stream.parts(seed):
-            examples = examples_of(docs, self.vocab, self.context_vars, self.tokenizer, derived)
+            examples = examples_of(
+                docs, self.vocab, self.context_vars, self.tokenizer, derived, self.history
+            )
             del docs  # only the examples of one shard are held
             yield shard, examples
             del examples
@@ -555,13 +608,14 @@ def prepare_data(
         vocab=vocab,
         context_vars=tuple(variables),
         tokenizer=tokenizer,
-        train=tuple(examples_of(mine, vocab, variables, tokenizer, derived)),
-        dev=tuple(examples_of(dev, vocab, variables, tokenizer, derived)),
+        train=tuple(examples_of(mine, vocab, variables, tokenizer, derived, dc.history)),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer, derived, dc.history)),
         split_ids=split_ids,
         contexts=tuple(counts.records(variables, derived)),
         asr_tokens=asr,
         derived=derived,
         train_docs=tuple(mine) if noisy else (),
+        history=dc.history,
     )
 
 
@@ -683,9 +737,10 @@ def _prepare_stream(
         context_vars=tuple(variables),
         tokenizer=tokenizer,
         train=(),
-        dev=tuple(examples_of(dev, vocab, variables, tokenizer, derived)),
+        dev=tuple(examples_of(dev, vocab, variables, tokenizer, derived, dc.history)),
         split_ids={"train": (), "dev": tuple(d.doc_id for d in dev), "test": ()},
         contexts=tuple(counts.records(variables, derived)),
         stream=stream,
         derived=derived,
+        history=dc.history,
     )

@@ -103,9 +103,20 @@ class LSTMConfig:
     # Nonlinearity of the context embedding c = act(P x + p): "relu" (section 2.1) or "none"
     # (the authors' code for a single variable; a ReLU can switch a context's c off entirely).
     context_activation: str = "relu"
+    # A history model (data.history): the context field whose text the LSTM reads before each
+    # sentence, one ``<s> w1 .. wn`` per line, its state carried into the sentence ("": none).
+    history: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "context_vars", tuple(self.context_vars))
+        if not isinstance(self.history, str):
+            raise ValueError(
+                f"LSTMConfig.history: expected a field name or '', got {self.history!r}"
+            )
+        if self.history and self.history in {v.name for v in self.context_vars}:
+            raise ValueError(
+                f"LSTMConfig.history {self.history!r} is also a context variable's name"
+            )
         if self.context_activation not in CONTEXT_ACTIVATIONS:
             raise ValueError(
                 f"LSTMConfig.context_activation must be one of {CONTEXT_ACTIVATIONS}, got "

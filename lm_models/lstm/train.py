@@ -219,6 +219,7 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
         io_dropout=m.io_dropout,
         word_classes=tuple(word_classes_of(data.vocab, m.num_classes, m.shortlist)),
         context_activation=m.context_activation,
+        history=cfg.data.history_field if cfg.data.history else "",
     )
 
 

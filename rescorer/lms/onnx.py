@@ -139,6 +139,9 @@ class OnnxLM(WordLM):
         fields = self.meta.fields
         if self.meta.vector:  # one numerical field: the context embedding
             fields = (ContextField(self.meta.vector_field, "numerical", dim=self.meta.context_dim),)
+        self.history = self.meta.history  # a history model's field ("": none)
+        if self.history:
+            fields = (*fields, ContextField(self.history, "text"))
         self._keys = ContextKeys(fields, self.name, logger)
         self._expected = np.array(self.meta.expected_vector, dtype=np.float32)
         self._ids: dict[ContextKey, int] = {}
@@ -191,7 +194,20 @@ class OnnxLM(WordLM):
         """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
         return self._keys.key(record)
 
+    def _history_ids(self, key: ContextKey) -> list[int]:
+        """A history model's input before the sentence: ``<s>`` and the ids of each non-empty
+        line of the key's history text ([] without one), as ``torch:`` models read it."""
+        text = dict(key).get(self.history) if self.history else None
+        if not text:
+            return []
+        lines = [words for words in (line.split() for line in text.splitlines()) if words]
+        return [i for ids in self.words.ids(lines) for i in (self.meta.sos_id, *ids)]
+
+    def _without_history(self, key: ContextKey) -> ContextKey:
+        return tuple(item for item in key if item[0] != self.history) if self.history else key
+
     def _context_id(self, key: ContextKey) -> int:
+        key = self._without_history(key)
         if not self.meta.multi:
             if key != self._folded:
                 self._keys.log_once(
@@ -223,7 +239,8 @@ class OnnxLM(WordLM):
             raise ValueError(f"{self.path}: a {self.meta.kind!r} export takes no context vectors")
         out = np.empty((n, self.meta.context_dim), dtype=np.float32)
         for i, key in enumerate(self._keys.keys(n, contexts)):
-            out[i] = dict(key)[self.meta.vector_field] if key else self._expected
+            vector = dict(key).get(self.meta.vector_field)
+            out[i] = self._expected if vector is None else vector
         return out
 
     def context_ids(self, n: int, contexts: Sequence[Context | None] | None) -> np.ndarray:
@@ -270,7 +287,17 @@ class OnnxLM(WordLM):
         vectors = self.context_vectors(len(ids), contexts) if self.meta.vector else None
         if not ids:
             return []
-        lengths = [len(s) for s in ids]
+        # A history model: each sentence's run starts with its previous utterances (scored, not
+        # kept: only the sentence's own positions are returned).
+        history: list[list[int]] = [[] for _ in ids]
+        if self.history and contexts is not None:
+            keys = self._keys.keys(len(ids), contexts)
+            seen: dict[ContextKey, list[int]] = {}
+            for i, key in enumerate(keys):
+                if key not in seen:
+                    seen[key] = self._history_ids(key)
+                history[i] = seen[key]
+        lengths = [len(s) + len(h) for s, h in zip(ids, history, strict=True)]
         # By context, then by length: a batch of one context runs the graph's shared-weight
         # path (multi-context FactorCell exports gather W' once instead of once per row).
         order = sorted(range(len(ids)), key=lambda i: (cids[i], lengths[i]))
@@ -278,21 +305,33 @@ class OnnxLM(WordLM):
         for batch in self._batches(order, lengths, cids):
             rows = [ids[i] for i in batch]
             vecs = None if vectors is None else vectors[batch]
-            for i, values in zip(batch, self._score_batch(rows, cids[batch], vecs), strict=True):
+            prefixes = [history[i] for i in batch]
+            scored = self._score_batch(rows, cids[batch], vecs, prefixes)
+            for i, values in zip(batch, scored, strict=True):
                 out[i] = values
         return out
 
     def _score_batch(
-        self, rows: Sequence[Sequence[int]], cids: np.ndarray, vectors: np.ndarray | None = None
+        self,
+        rows: Sequence[Sequence[int]],
+        cids: np.ndarray,
+        vectors: np.ndarray | None = None,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[np.ndarray]:
+        """Each row's per-token log-probs (its words and ``</s>``); ``prefixes`` (step kinds):
+        ids run before each row's ``<s>`` (a history model's previous utterances)."""
         meta = self.meta
         n = len(rows)
-        width = max(len(r) for r in rows) + 2
-        x = np.full((n, width), meta.pad_id, dtype=np.int64)  # <s> w1 .. wn </s> pad..
-        x[:, 0] = meta.sos_id
+        pre = [len(p) for p in prefixes] if prefixes is not None else [0] * n
+        width = max(len(r) + k for r, k in zip(rows, pre, strict=True)) + 2
+        x = np.full((n, width), meta.pad_id, dtype=np.int64)  # [prefix] <s> w1 .. wn </s> pad..
         for j, r in enumerate(rows):
-            x[j, 1 : 1 + len(r)] = r
-            x[j, 1 + len(r)] = meta.eos_id
+            k = pre[j]
+            if k:
+                x[j, :k] = prefixes[j]  # type: ignore[index]
+            x[j, k] = meta.sos_id
+            x[j, k + 1 : k + 1 + len(r)] = r
+            x[j, k + 1 + len(r)] = meta.eos_id
         lens = np.array([len(r) + 2 for r in rows], dtype=np.int64)
         if meta.scorer:
             feed = {"x": x, "x_lens": lens}
@@ -310,7 +349,9 @@ class OnnxLM(WordLM):
                 feed["context_vector"] = vectors
             (log_probs,) = self.session.run(["log_softmax"], feed)  # (n, L-1, V)
             scores = np.take_along_axis(log_probs, x[:, 1:, None], axis=2)[..., 0]  # (n, L-1)
-        return [scores[j, : len(r) + 1].astype(np.float64) for j, r in enumerate(rows)]
+        return [
+            scores[j, pre[j] : pre[j] + len(r) + 1].astype(np.float64) for j, r in enumerate(rows)
+        ]
 
     def sentence_logprobs(
         self,
@@ -335,7 +376,13 @@ class OnnxLM(WordLM):
         cid = 0 if context is None else int(self.context_ids(1, [context])[0])
         zeros = np.zeros((self.meta.num_layers, self.meta.hidden_size), dtype=np.float32)
         vector = self.context_vectors(1, [context])[0] if self.meta.vector else None
-        return OnnxLMState(cid, zeros, zeros, self.meta.sos_id, vector)
+        state = OnnxLMState(cid, zeros, zeros, self.meta.sos_id, vector)
+        history = self._history_ids(self.context_key(context)) if context is not None else []
+        for token in history:  # a history model: its previous utterances, one step each
+            state = OnnxLMState(cid, state.h, state.m, token, vector)
+            _, h, m = self._step([state])
+            state = OnnxLMState(cid, h[:, 0].copy(), m[:, 0].copy(), self.meta.sos_id, vector)
+        return state
 
     def advance(
         self, states: Sequence[OnnxLMState], tokens: Sequence[str]

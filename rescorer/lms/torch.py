@@ -39,6 +39,14 @@ previous utterances' 1-best of ``rescorer context build``) is a context of its o
 text: each utterance's text is embedded once (the vectors are cached per string) and adapted
 once, with its hypotheses' prefixes shared, in forests as above.
 
+A history model (trained with ``data.history``: runs of consecutive sentences read as one
+sequence; ``LSTMConfig.history`` names its field, ``previous``) reads the field's text itself
+instead of embedding it: each line (an earlier utterance, as ``rescorer context build`` writes
+them) is run through the LSTM as ``<s> w1 .. wn``, and the sentence's tree starts from the state
+this leaves (its root's parent), not from zeros. The history is computed once per utterance,
+batched across the forest's roots, and is not scored; an empty or missing history is the
+zero state, i.e. the sentence alone.
+
 All scores are natural-log probabilities.
 """
 
@@ -59,7 +67,7 @@ from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
 from lm_models.lstm.model import AdaptedWeights, ContextLSTM
 from lm_models.tokenizer import SubwordTokenizer
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
-from rescorer.core.context_key import ContextKey, ContextKeys
+from rescorer.core.context_key import ContextField, ContextKey, ContextKeys
 from rescorer.core.device import resolve_device
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
@@ -170,7 +178,12 @@ class TorchLM(WordLM):
             self.words = WordVocab(tokens, case)
         self.batch_nodes = batch_nodes
         self.max_contexts = max_contexts
-        self._contexts = ContextKeys(model.config.context_vars, self.name, logger)
+        # A history model's field (its text read by the LSTM, not embedded); "" for none.
+        self.history = model.config.history
+        fields: list[Any] = list(model.config.context_vars)
+        if self.history:
+            fields.append(ContextField(self.history, "text"))
+        self._contexts = ContextKeys(fields, self.name, logger)
         self._weights: OrderedDict[ContextKey, AdaptedWeights] = OrderedDict()
         self._sentences = self._computed = self._naive = 0
 
@@ -192,13 +205,63 @@ class TorchLM(WordLM):
         """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
         return self._contexts.key(record)
 
+    def _model_key(self, key: ContextKey) -> ContextKey:
+        """``key`` without a history model's history field: what the weights depend on."""
+        if not self.history:
+            return key
+        return tuple(item for item in key if item[0] != self.history)
+
+    def _history_ids(self, key: ContextKey) -> list[int]:
+        """The unit ids a history model reads before the sentence: ``<s>`` and the units of each
+        non-empty line of the key's history text, in order ([] without one)."""
+        text = dict(key).get(self.history) if self.history else None
+        if not text:
+            return []
+        lines = [words for words in (line.split() for line in text.splitlines()) if words]
+        ids, _ = self._ids(lines)
+        return [i for sentence in ids for i in (BOS_ID, *sentence)]
+
+    def _history_states(
+        self, keys: Sequence[ContextKey], weights: AdaptedWeights
+    ) -> tuple[Tensor, Tensor]:
+        """The LSTM state after each key's history, (layers, n, d) twice (zeros without one).
+
+        The histories run together one position at a time, each row only while it has units
+        left; with weights adapted to several contexts (``weights.rows``), row i is context i.
+        """
+        cfg = self._model.config
+        n, device = len(keys), self.device
+        shape = (cfg.num_layers, n, cfg.hidden_dim)
+        h = torch.zeros(shape, dtype=self._model.b_out.dtype, device=device)
+        m = torch.zeros_like(h)
+        histories = [self._history_ids(key) for key in keys]
+        longest = max((len(x) for x in histories), default=0)
+        if longest == 0:
+            return h, m
+        tokens = torch.zeros(n, longest, dtype=torch.long)
+        for i, ids in enumerate(histories):
+            tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        tokens = tokens.to(device)
+        lengths = torch.tensor([len(x) for x in histories], device=device)
+        several = weights.rows is not None
+        for t in range(longest):
+            rows = (lengths > t).nonzero(as_tuple=True)[0]
+            self._computed += len(rows)
+            of = rows if several else None
+            _, (h_new, m_new) = self._model.step(
+                tokens[rows, t : t + 1], (h[:, rows], m[:, rows]), weights, of
+            )
+            h[:, rows] = h_new
+            m[:, rows] = m_new
+        return h, m
+
     def context_vectors(self, contexts: Sequence[Context | None]) -> np.ndarray:
         """The context embedding c of each record, (n, k) float32, computed once per distinct
         record (after the model's normalisation, :meth:`context_key`): the ``context_vector``
         that an ONNX vector export (``vector-step``, ``vector-scorer``) takes."""
         if not self._model.adaptive:
             raise ValueError(f"{self.path}: an unadapted model has no context embedding")
-        keys = self._keys(len(contexts), contexts)
+        keys = [self._model_key(k) for k in self._keys(len(contexts), contexts)]
         rows = {key: i for i, key in enumerate(dict.fromkeys(keys))}
         if not rows:
             return np.zeros((0, self._model.config.context_dim), dtype=np.float32)
@@ -207,6 +270,7 @@ class TorchLM(WordLM):
         return c.float().cpu().numpy()[[rows[key] for key in keys]]
 
     def _adapted(self, key: ContextKey) -> AdaptedWeights:
+        key = self._model_key(key)
         weights = self._weights.get(key)
         if weights is not None:
             self._weights.move_to_end(key)
@@ -283,7 +347,7 @@ class TorchLM(WordLM):
         forests: list[list[tuple[ContextKey, list[int]]]] = []
         small: list[tuple[ContextKey, list[int]]] = []
         for key, members in groups.items():
-            if len(members) >= self.batch_nodes or not self._model.adaptive:
+            if len(members) >= self.batch_nodes or not (self._model.adaptive or self.history):
                 forests.append([(key, members)])
             else:
                 small.append((key, members))
@@ -292,10 +356,12 @@ class TorchLM(WordLM):
         return forests
 
     def _forest_weights(self, keys: Sequence[ContextKey]) -> AdaptedWeights:
-        """One context: its cached shared weights; several: ``adapt`` of all, one row each."""
-        if len(keys) == 1:
-            return self._adapted(keys[0])
-        return self._model.adapt([dict(key) for key in keys])
+        """One context (a history model's histories aside): its cached shared weights; several:
+        ``adapt`` of all, one row each."""
+        model_keys = [self._model_key(key) for key in keys]
+        if len(set(model_keys)) == 1:
+            return self._adapted(model_keys[0])
+        return self._model.adapt([dict(key) for key in model_keys])
 
     def _score_forest(
         self,
@@ -351,10 +417,13 @@ class TorchLM(WordLM):
         model, device = self._model, self.device
         weights = self._forest_weights([key for key, _ in forest])
         several = weights.rows is not None  # a row of weights per context
-        layers, hidden = model.config.num_layers, model.config.hidden_dim
-        dtype = model.b_out.dtype
-        h_prev = torch.zeros(layers, 1, hidden, dtype=dtype, device=device)
-        m_prev = torch.zeros_like(h_prev)
+        if self.history:  # each root reads the state its history leaves
+            h_prev, m_prev = self._history_states([key for key, _ in forest], weights)
+            parents[0] = list(range(n_ctx))
+        else:
+            layers, hidden = model.config.num_layers, model.config.hidden_dim
+            h_prev = torch.zeros(layers, 1, hidden, dtype=model.b_out.dtype, device=device)
+            m_prev = torch.zeros_like(h_prev)
         vocab = len(self.vocab_tokens)
         for depth in range(len(parents)):
             n_nodes = len(parents[depth])
@@ -393,11 +462,9 @@ class TorchLM(WordLM):
     # -- streaming -------------------------------------------------------------------------------
     def start(self, context: Context | None = None) -> TorchLMState:
         key = self.context_key(context)
-        cfg = self._model.config
-        zeros = torch.zeros(
-            cfg.num_layers, cfg.hidden_dim, dtype=self._model.b_out.dtype, device=self.device
-        )
-        return TorchLMState(key, zeros, zeros, BOS_ID)
+        with torch.inference_mode():
+            h, m = self._history_states([key], self._adapted(key))  # zeros without a history
+        return TorchLMState(key, h[:, 0], m[:, 0], BOS_ID)
 
     def advance(
         self, states: Sequence[TorchLMState], tokens: Sequence[str]

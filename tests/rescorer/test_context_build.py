@@ -95,7 +95,8 @@ def test_cli_first_pass_and_rescored(tmp_path: Path) -> None:
     summary = f"wrote {out}: 4 utterances, 3 with previous text, 1 recording(s)"
     assert result.output.strip() == summary
     ctx = read_contexts(out)
-    assert ctx["7-70-0003"]["previous"] == "first 1 first 2"  # the list's first hypotheses
+    # the list's first hypotheses, one line per utterance (a history model reads them apart)
+    assert ctx["7-70-0003"]["previous"] == "first 1\nfirst 2"
     assert "ref" not in out.read_text(encoding="utf-8")
     one_best = tmp_path / "rescored"
     one_best.mkdir()
@@ -104,7 +105,7 @@ def test_cli_first_pass_and_rescored(tmp_path: Path) -> None:
     )
     result = run(["context", "build", "--nbest", nbest, "--from", one_best, "--out", out])
     assert result.exit_code == 0, result.output
-    assert read_contexts(out)["7-70-0003"]["previous"] == "second 0 second 1 second 2"
+    assert read_contexts(out)["7-70-0003"]["previous"] == "second 0\nsecond 1\nsecond 2"
 
 
 def test_cli_bad_input(tmp_path: Path) -> None:

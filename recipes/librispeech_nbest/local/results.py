@@ -197,13 +197,21 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
         run = TrainingSummary.of(folder.parent)
         model = run.config["model"]
         prev = run.config["data"].get("previous") or {}
-        ctx = (
-            f"context: the {prev['sentences']} previous sentences of the book as text "
-            f"(`{prev['encoder']}`, noise {json.dumps(prev.get('noise'))}), {model['mode']}, "
-            f"k={model.get('context_dim')}"
-            if prev
-            else "no context"
-        )
+        history = run.config["data"].get("history") or 0
+        if prev:
+            ctx = (
+                f"context: the {prev['sentences']} previous sentences of the book as text "
+                f"(`{prev['encoder']}`, noise {json.dumps(prev.get('noise'))}), "
+                f"{model['mode']}, k={model.get('context_dim')}"
+            )
+        elif history:
+            ctx = (
+                f"context: the previous utterances read by the LSTM itself, its state carried "
+                f"into the sentence (trained on runs of {history + 1} consecutive book "
+                f"sentences, every word a target: `data.history` {history})"
+            )
+        else:
+            ctx = "no context"
         lines.append(
             f"- Our {label}: e={model['embed_dim']}, d={model['hidden_dim']}, "
             f"{model['num_layers']} layer(s), {run.vocab_size:,} {run.units}, {run.output}; "

@@ -312,7 +312,7 @@ def test_cli_context_build_then_score_and_ppl_with_a_previous_text_model(tmp_pat
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     records = read_contexts(ctx)
-    assert records["7-70-0002"]["previous"] == f"{utts[0][1][0][0]} {utts[1][1][0][0]}"
+    assert records["7-70-0002"]["previous"] == f"{utts[0][1][0][0]}\n{utts[1][1][0][0]}"
     lm = TorchLM(path, device="cpu")
     rows = [json.loads(line) for line in scored.read_text().splitlines()]
     for row in rows:
