@@ -19,8 +19,13 @@ Steps/s are LSTM steps (prefix-tree nodes) per second of the median run; ratios 
 of the same round set. With the ``minilm`` encoder installed, the time it takes to embed the
 sample's previous texts on the CPU is reported beside.
 
+With ``--history-model DIR`` (a history model's checkpoint, ``data.history``: e.g. the
+LibriSpeech recipe's ``exp/ctxcpu/history/best``), a second table scores the same lists with it
+without context and with each utterance's previous utterances read as its history (the LSTM
+runs them once per utterance before the list's tree; those steps are counted).
+
     .venv/bin/python bench/bench_context_scoring.py [--utterances 300] [--rounds 3]
-        [--encoder hash:256] [--train-steps 40]
+        [--encoder hash:256] [--train-steps 40] [--history-model DIR]
 """
 
 from __future__ import annotations
@@ -196,6 +201,67 @@ def measure(
     return lines, ratios
 
 
+def measure_history(
+    ckpt: Path, nbest_dir: Path, ctx_file: Path, utterances: int, rounds: int
+) -> list[str]:
+    """A history model's lists scored without and with the previous utterances as history."""
+    from rescorer.contexts import read_contexts
+    from rescorer.formats import read_nbest
+    from rescorer.lms.torch import TorchLM
+
+    nbest = read_nbest(nbest_dir, "espnet")
+    contexts = read_contexts(ctx_file)
+    utts = list(nbest)[:utterances]
+    sentences, records = [], []
+    for u in utts:
+        for h in nbest[u]:
+            sentences.append(h.words)
+            records.append(contexts[u])
+    lm = TorchLM(ckpt, device="cpu")
+    cfg = lm.model.config
+    runs = {"no context": None, "previous utterances read as history, forests": records}
+    firsts = list(range(0, len(sentences), 30))
+    lm.token_logprobs([sentences[i] for i in firsts], None)  # warm-up, the case decision
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    steps: dict[str, int] = {}
+    values: dict[str, np.ndarray] = {}
+    for _ in range(rounds):
+        for name, ctx in runs.items():
+            lm.reset_stats()
+            start = time.perf_counter()
+            values[name] = lm.sentence_logprobs(sentences, ctx)
+            seconds[name].append(time.perf_counter() - start)
+            steps[name] = lm.stats.computed_steps
+    names = list(runs)
+    med = {name: statistics.median(v) for name, v in seconds.items()}
+    rate = {name: steps[name] / med[name] for name in runs}
+    history_words = sum(len(contexts[u].get("previous", "").split()) for u in utts)
+    lines = [
+        f"History model `{ckpt}`: e={cfg.embed_dim}, d={cfg.hidden_dim}, {cfg.num_layers} "
+        f"layer(s), V={cfg.vocab_size:,}, history field `{cfg.history}`; the same "
+        f"{len(sentences):,} hypotheses, {history_words:,} history words in all. 1 thread, "
+        f"interleaved, {rounds} rounds.",
+        "",
+        "| scoring | seconds (min / median) | LSTM steps | steps/s | seconds / no context |",
+        "|---|---|---|---|---|",
+    ]
+    for name in runs:
+        lo, m = stats(seconds[name])
+        lines.append(
+            f"| {name} | {lo:.2f} / {m:.2f} | {steps[name]:,} | {rate[name]:,.0f} | "
+            f"{m / med[names[0]]:.2f} |"
+        )
+    moved = float(np.abs(values[names[1]] - values[names[0]]).mean())
+    lines += [
+        "",
+        f"- Reading each utterance's history costs {med[names[1]] / med[names[0]]:.2f}x the "
+        f"time of scoring its list alone ({steps[names[1]] - steps[names[0]]:+,} steps: the "
+        f"histories, and the lists no longer sharing a tree across utterances); the history "
+        f"moves a hypothesis's log-probability by {moved:.2f} nats on average.",
+    ]
+    return lines
+
+
 def minilm_cost(ctx_file: Path, nbest_dir: Path, utterances: int) -> str | None:
     """Seconds to embed the sample's previous texts with all-MiniLM-L6-v2 on the CPU."""
     import importlib.util
@@ -233,6 +299,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--encoder", default="hash:256")
     ap.add_argument("--train-steps", type=int, default=40)
+    ap.add_argument("--history-model", type=Path, default=None)
     ap.add_argument("--data-dir", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "context_scoring.md")
     args = ap.parse_args()
@@ -249,6 +316,16 @@ def main() -> None:
         build_contexts(nbest_dir, tmp / "ctx.jsonl")
         lines, _ = measure(ckpt, nbest_dir, tmp / "ctx.jsonl", args.utterances, args.rounds)
         minilm = minilm_cost(tmp / "ctx.jsonl", nbest_dir, args.utterances)
+        history = []
+        if args.history_model is not None:
+            history = [
+                "",
+                "## A history model",
+                "",
+                *measure_history(
+                    args.history_model, nbest_dir, tmp / "ctx.jsonl", args.utterances, args.rounds
+                ),
+            ]
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -269,6 +346,7 @@ def main() -> None:
             "",
             *lines,
             *([minilm] if minilm else []),
+            *history,
             "",
         ]
     )
