@@ -36,14 +36,14 @@ SYSTEMS = [
     ("3N", "decoder + ctc + our LSTM (no context)", "3N_lstm_nocontext"),
     (
         "3C0",
-        "  3C's LM with its context withheld (its expected context)",
+        "  3C's LM with its context withheld (none given)",
         "3C0_lstm_context_withheld",
     ),
     ("3C", "decoder + ctc + our LSTM (previous utterances)", "3C_lstm_previous"),
     ("4N", "all + our LSTM (no context)", "4N_all_nocontext"),
     (
         "4C0",
-        "  4C's LM with its context withheld (its expected context)",
+        "  4C's LM with its context withheld (none given)",
         "4C0_all_context_withheld",
     ),
     ("4C", "all + our LSTM (previous utterances)", "4C_all_previous"),
@@ -85,7 +85,7 @@ COMPARISONS = [
 ]
 PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("twin", "the twin LM (no context)"),
-    ("none", "the context LM, no context given (its expected context)"),
+    ("none", "the context LM, no context given"),
     ("first_pass", "the context LM, previous utterances from the first-pass 1-best"),
     ("references", "the context LM, previous utterances from the references (upper bound)"),
     ("cache_first_pass", "the twin with a cache of the chapter's earlier first-pass 1-best"),
