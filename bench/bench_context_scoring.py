@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,13 +108,16 @@ def stats(values: list[float]) -> tuple[float, float]:
     return min(values), statistics.median(values)
 
 
-def measure(
-    ckpt: Path, nbest_dir: Path, ctx_file: Path, utterances: int, rounds: int
-) -> tuple[list[str], dict[str, float]]:
-    from lm_models.lstm.context import clear_text_caches
+# (a TorchLM, each hypothesis's record or None, empty the text-vector cache before each run)
+Run = tuple[Any, Any, bool]
+
+
+def lists_of(
+    nbest_dir: Path, ctx_file: Path, utterances: int
+) -> tuple[list[str], list[list[str]], list[dict], dict[str, dict]]:
+    """The first ``utterances`` lists: ids, hypotheses, each one's record, the records."""
     from rescorer.contexts import read_contexts
     from rescorer.formats import read_nbest
-    from rescorer.lms.torch import TorchLM
 
     nbest = read_nbest(nbest_dir, "espnet")
     contexts = read_contexts(ctx_file)
@@ -123,6 +127,61 @@ def measure(
         for h in nbest[u]:
             sentences.append(h.words)
             records.append(contexts[u])  # one record object per utterance, as the CLI passes
+    return utts, sentences, records, contexts
+
+
+def interleaved(
+    runs: dict[str, Run], sentences: list[list[str]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, int], dict[str, np.ndarray]]:
+    """Each run's seconds per round, LSTM steps and sentence log-probs, the runs interleaved
+    (after a warm-up on each list's first hypothesis: the case decision, the texts embedded)."""
+    from lm_models.lstm.context import clear_text_caches
+
+    firsts = list(range(0, len(sentences), 30))  # each utterance's first hypothesis
+    for lm, ctx, _ in runs.values():
+        lm.token_logprobs([sentences[i] for i in firsts], ctx and [ctx[i] for i in firsts])
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    steps: dict[str, int] = {}
+    values: dict[str, np.ndarray] = {}
+    for _ in range(rounds):
+        for name, (lm, ctx, cold) in runs.items():
+            if cold:
+                clear_text_caches()
+            lm.reset_stats()
+            start = time.perf_counter()
+            values[name] = lm.sentence_logprobs(sentences, ctx)
+            seconds[name].append(time.perf_counter() - start)
+            steps[name] = lm.stats.computed_steps
+    return seconds, steps, values
+
+
+def table(
+    seconds: dict[str, list[float]], steps: dict[str, int], last: str
+) -> tuple[list[str], dict[str, float], dict[str, float]]:
+    """The markdown rows (the last column: steps/s, or with ``last`` "seconds", the median
+    seconds, as a ratio to the first run), the median seconds and the steps/s of each run."""
+    names = list(seconds)
+    med = {name: statistics.median(v) for name, v in seconds.items()}
+    rate = {name: steps[name] / med[name] for name in names}
+    lines = [
+        f"| scoring | seconds (min / median) | LSTM steps | steps/s | {last} / no context |",
+        "|---|---|---|---|---|",
+    ]
+    for name in names:
+        lo, m = stats(seconds[name])
+        ratio = m / med[names[0]] if last == "seconds" else rate[name] / rate[names[0]]
+        lines.append(
+            f"| {name} | {lo:.2f} / {m:.2f} | {steps[name]:,} | {rate[name]:,.0f} | {ratio:.2f} |"
+        )
+    return lines, med, rate
+
+
+def measure(
+    ckpt: Path, nbest_dir: Path, ctx_file: Path, utterances: int, rounds: int
+) -> tuple[list[str], dict[str, float]]:
+    from rescorer.lms.torch import TorchLM
+
+    utts, sentences, records, contexts = lists_of(nbest_dir, ctx_file, utterances)
     with_text = sum(1 for u in utts if contexts[u].get("previous"))
     runs = {
         "no context": (TorchLM(ckpt, device="cpu"), None, False),
@@ -143,25 +202,9 @@ def measure(
         ),
     }
     distinct = {json.dumps(r, sort_keys=True) for r in records}
-    firsts = list(range(0, len(sentences), 30))  # each utterance's first hypothesis
-    for lm, ctx, _ in runs.values():
-        # warm-up: the case decision, and every text embedded once before the timed runs
-        lm.token_logprobs([sentences[i] for i in firsts], ctx and [ctx[i] for i in firsts])
-    seconds: dict[str, list[float]] = {name: [] for name in runs}
-    steps: dict[str, int] = {}
-    values: dict[str, np.ndarray] = {}
-    for _ in range(rounds):
-        for name, (lm, ctx, cold) in runs.items():
-            if cold:
-                clear_text_caches()
-            lm.reset_stats()
-            start = time.perf_counter()
-            values[name] = lm.sentence_logprobs(sentences, ctx)
-            seconds[name].append(time.perf_counter() - start)
-            steps[name] = lm.stats.computed_steps
+    seconds, steps, values = interleaved(runs, sentences, rounds)
+    rows, med, rate = table(seconds, steps, "steps/s")
     names = list(runs)
-    med = {name: statistics.median(v) for name, v in seconds.items()}
-    rate = {name: steps[name] / med[name] for name in runs}
     base = rate[names[0]]
     lines = [
         f"The first {utterances} dev_other 30-best lists ({len(sentences):,} hypotheses); "
@@ -169,15 +212,8 @@ def measure(
         f"has none: the expected context), {len(distinct):,} distinct "
         f"contexts. 1 thread, in-process, interleaved, {rounds} rounds.",
         "",
-        "| scoring | seconds (min / median) | LSTM steps | steps/s | steps/s / no context |",
-        "|---|---|---|---|---|",
+        *rows,
     ]
-    for name in runs:
-        lo, m = stats(seconds[name])
-        lines.append(
-            f"| {name} | {lo:.2f} / {m:.2f} | {steps[name]:,} | {rate[name]:,.0f} | "
-            f"{rate[name] / base:.2f} |"
-        )
     same = float(np.abs(values[names[1]] - values[names[3]]).max())
     moved = float(np.abs(values[names[1]] - values[names[0]]).mean())
     ratios = {
@@ -205,61 +241,33 @@ def measure_history(
     ckpt: Path, nbest_dir: Path, ctx_file: Path, utterances: int, rounds: int
 ) -> list[str]:
     """A history model's lists scored without and with the previous utterances as history."""
-    from rescorer.contexts import read_contexts
-    from rescorer.formats import read_nbest
     from rescorer.lms.torch import TorchLM
 
-    nbest = read_nbest(nbest_dir, "espnet")
-    contexts = read_contexts(ctx_file)
-    utts = list(nbest)[:utterances]
-    sentences, records = [], []
-    for u in utts:
-        for h in nbest[u]:
-            sentences.append(h.words)
-            records.append(contexts[u])
+    utts, sentences, records, contexts = lists_of(nbest_dir, ctx_file, utterances)
     lm = TorchLM(ckpt, device="cpu")
     cfg = lm.model.config
-    runs = {"no context": None, "previous utterances read as history, forests": records}
-    firsts = list(range(0, len(sentences), 30))
-    lm.token_logprobs([sentences[i] for i in firsts], None)  # warm-up, the case decision
-    seconds: dict[str, list[float]] = {name: [] for name in runs}
-    steps: dict[str, int] = {}
-    values: dict[str, np.ndarray] = {}
-    for _ in range(rounds):
-        for name, ctx in runs.items():
-            lm.reset_stats()
-            start = time.perf_counter()
-            values[name] = lm.sentence_logprobs(sentences, ctx)
-            seconds[name].append(time.perf_counter() - start)
-            steps[name] = lm.stats.computed_steps
+    runs = {
+        "no context": (lm, None, False),
+        "previous utterances read as history, forests": (lm, records, False),
+    }
+    seconds, steps, values = interleaved(runs, sentences, rounds)
+    rows, med, _ = table(seconds, steps, "seconds")
     names = list(runs)
-    med = {name: statistics.median(v) for name, v in seconds.items()}
-    rate = {name: steps[name] / med[name] for name in runs}
     history_words = sum(len(contexts[u].get("previous", "").split()) for u in utts)
-    lines = [
+    moved = float(np.abs(values[names[1]] - values[names[0]]).mean())
+    return [
         f"History model `{ckpt}`: e={cfg.embed_dim}, d={cfg.hidden_dim}, {cfg.num_layers} "
         f"layer(s), V={cfg.vocab_size:,}, history field `{cfg.history}`; the same "
         f"{len(sentences):,} hypotheses, {history_words:,} history words in all. 1 thread, "
         f"interleaved, {rounds} rounds.",
         "",
-        "| scoring | seconds (min / median) | LSTM steps | steps/s | seconds / no context |",
-        "|---|---|---|---|---|",
-    ]
-    for name in runs:
-        lo, m = stats(seconds[name])
-        lines.append(
-            f"| {name} | {lo:.2f} / {m:.2f} | {steps[name]:,} | {rate[name]:,.0f} | "
-            f"{m / med[names[0]]:.2f} |"
-        )
-    moved = float(np.abs(values[names[1]] - values[names[0]]).mean())
-    lines += [
+        *rows,
         "",
         f"- Reading each utterance's history costs {med[names[1]] / med[names[0]]:.2f}x the "
         f"time of scoring its list alone ({steps[names[1]] - steps[names[0]]:+,} steps: the "
         f"histories, and the lists no longer sharing a tree across utterances); the history "
         f"moves a hypothesis's log-probability by {moved:.2f} nats on average.",
     ]
-    return lines
 
 
 def minilm_cost(ctx_file: Path, nbest_dir: Path, utterances: int) -> str | None:
