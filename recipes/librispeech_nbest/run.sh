@@ -23,9 +23,11 @@
 # an LSTM trained with a `previous` text context, conf/lease/previous.json, and CTX_BASE, its
 # twin without one, conf/lease/word.json; defaults exp/lease_pair/{previous,word}/best, where
 # scripts/lease/unpack.py --dest exp/lease_pair put the pair of 2026-11-27), CTX_K (previous
-# utterances of the same chapter, 3). The context is the system's own 1-best of the earlier
+# utterances of the same chapter, 3; CTX_MODEL may also be a history model, data.history, which
+# reads them itself: conf/context_cpu/history.json). The context is the system's own 1-best of the earlier
 # utterances (never the references, which give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
-# with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py):
+# with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py;
+# rows 3CK/4CK: the context LM itself with the cache):
 # CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
 # CACHE_MIN_CHARS (only words of at least this many letters are cached, 5). RESULTS (the
 # table stage 7 writes, default RESULTS.md here, whose copy goes into README.md; elsewhere,
@@ -162,10 +164,10 @@ fi
 # and its cached form as two features: their weights split the model's score from the cache's
 # boost (w1 nb + w2 nbk = (w1 + w2) nb + w2 (nbk - nb)); the cached form alone moved nothing.
 SCORED_CACHE=${SCORED}_cache
-write_cache() {  # write_cache FILE BASE_SPEC: a cache model file (rescorer/lms/cache.py)
+write_cache() {  # write_cache FILE BASE_SPEC [FIELD]: a cache model file (rescorer/lms/cache.py)
   "$PY" -c 'import sys; from rescorer.lms.cache import CacheSpec
-CacheSpec(sys.argv[2], float(sys.argv[3]), "previous", int(sys.argv[4])).save(sys.argv[1])' \
-    "$1" "$2" "$CACHE_LAMBDA" "$CACHE_MIN_CHARS"
+CacheSpec(sys.argv[2], float(sys.argv[3]), sys.argv[5], int(sys.argv[4])).save(sys.argv[1])' \
+    "$1" "$2" "$CACHE_LAMBDA" "$CACHE_MIN_CHARS" "${3:-previous}"
 }
 if run_stage 4 && [ "$CTX" = 1 ]; then
   mkdir -p "$SCORED_CACHE"
@@ -194,6 +196,26 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
     "$RESCORER" -q ppl --lm "cache:$EXP/context/cache_nb.json" \
       --text "$NBEST/dev_other/references/ref_wer.trn" --text-format trn --context "$ctx" \
       > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+fi
+
+# Both contexts (CTX=1): the context LM itself interpolated with the cache (`ctxk`), each model
+# reading its own span: a record holds `previous` (CTX_K utterances, the context LM's) and
+# `cache` (the chapter so far, CACHE_K, the cache's; local/both_contexts.py).
+SCORED_BOTH=${SCORED}_both
+if run_stage 4 && [ "$CTX" = 1 ]; then
+  mkdir -p "$SCORED_BOTH"
+  write_cache "$EXP/context/cache_ctx.json" "ctx=torch:$(realpath "$CTX_MODEL")" cache
+  for set in $SETS; do
+    both=$EXP/context/$set.both.jsonl
+    [ -s "$both" ] || "$PY" "$HERE/local/both_contexts.py" "$EXP/context/$set.first_pass.jsonl" \
+      "$EXP/context/$set.cache.jsonl" "$both"
+    out=$SCORED_BOTH/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the context LM and its cache"
+    timed "score_both_$set" "$RESCORER" -q score --nbest "$SCORED_CACHE/$set.jsonl" \
+      --lm "ctxk=cache:$EXP/context/cache_ctx.json" --context "$both" --out "$out" \
+      2> "$SCORED_BOTH/$set.log"
   done
 fi
 
@@ -231,6 +253,8 @@ if [ "$CTX" = 1 ]; then
     "3G_4gram_cache|decoder,ctc,4gram,4gk,4gram_oov|--no-length|$SCORED_CACHE"
     "3K_lstm_cache|decoder,ctc,$NB,nbk|--no-length|$SCORED_CACHE"
     "4K_all_cache|decoder,ctc,lm,4gram,4gram_oov,$NB,nbk|--length|$SCORED_CACHE"
+    "3CK_lstm_previous_cache|decoder,ctc,$CF,ctxk|--no-length|$SCORED_BOTH"
+    "4CK_all_previous_cache|decoder,ctc,lm,4gram,4gram_oov,$CF,ctxk|--length|$SCORED_BOTH"
   )
 fi
 

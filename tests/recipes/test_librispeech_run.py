@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rescorer.contexts import read_contexts
 from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -119,9 +120,19 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
         assert same and differ
         assert not (exp / "scored_ctx" / f"{name}.given.jsonl").exists()
     text = results.read_text()
-    for row in ("3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2"):
+    for row in ("3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"):
         assert f"\n| {row} | " in text, row
-    for pair in ("row 3C vs row 3C0", "row 4C vs row 4C0", "row 3C vs row 3N"):
+    # the context LM under a cache reads `previous` itself and the chapter so far as `cache`
+    both = read_contexts(exp / "context" / "dev_other.both.jsonl")
+    cached = read_contexts(exp / "context" / "dev_other.cache.jsonl")
+    for utt, record in both.items():
+        assert record.get("cache") == cached[utt].get("previous")
+    for pair in (
+        "row 3C vs row 3C0",
+        "row 4C vs row 4C0",
+        "row 3C vs row 3N",
+        "row 3CK vs row 3C0",
+    ):
         assert f"### {pair}\n" in text, pair
     assert "the context LM, previous utterances from the references (upper bound)" in text
     assert f"CTX_MODEL={os.path.relpath(models['previous'], RECIPE)}" in text

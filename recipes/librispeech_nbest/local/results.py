@@ -62,10 +62,18 @@ SYSTEMS = [
         "  4K, second pass: caches from 4K's 1-best of the previous utterances (4K's weights)",
         "4K2_all_cache_second_pass",
     ),
+    (
+        "3CK",
+        "decoder + ctc + our LSTM (previous utterances) with a cache of them",
+        "3CK_lstm_previous_cache",
+    ),
+    ("4CK", "all + our LSTM (previous utterances) with a cache of them", "4CK_all_previous_cache"),
 ]
 # The rows of issue 16 (run.sh with CTX=1): in the table only with --context, since their
 # folders outlive a later run without it (and its models may be others by then).
-CONTEXT_ROWS = frozenset({"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2"})
+CONTEXT_ROWS = frozenset(
+    {"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"}
+)
 COMPARISONS = [
     ("2", "3"),
     ("2", "3a"),
@@ -84,6 +92,9 @@ COMPARISONS = [
     ("3N", "3K"),
     ("4N", "4K"),
     ("4K", "4K2"),
+    ("3C0", "3CK"),
+    ("4C0", "4CK"),
+    ("4K", "4CK"),
 ]
 PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("twin", "the twin LM (no context)"),
@@ -230,6 +241,13 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             f"first-pass 1-best of the earlier utterances of the same chapter (`rescorer context "
             f"build --previous 100`; `cache:` models, rescorer/lms/cache.py); a chapter's first "
             f"utterance is scored by the model alone."
+        )
+    if (exp / "context" / "cache_ctx.json").exists():
+        lines.append(
+            "- Both contexts (3CK, 4CK): the context LM itself interpolated with the same cache "
+            "(`ctxk`, beside its own `ctx`), each reading its own span of the earlier 1-best: "
+            "the context LM its usual previous utterances, the cache the chapter so far "
+            "(local/both_contexts.py)."
         )
     ppl = []
     for stem, what in PPL_VARIANTS:
