@@ -27,6 +27,7 @@ from rescorer.core.output import atomic_write
 
 GROUP_BY = ("recording", "speaker")  # "chapter" is accepted as LibriSpeech's name of a recording
 PREVIOUS_FIELD = "previous"  # the text field's default name
+CACHE_FIELD = "cache"  # the second, longer text field's default name (a cache's span)
 _SEPARATOR = re.compile(r"[-_]")
 
 
@@ -42,6 +43,11 @@ class ContextBuildOptions:
     field: str = PREVIOUS_FIELD
     # Also write the `recording` and `speaker` fields read from the ids.
     metadata: bool = True
+    # A second text field of the same form over the `cache` utterances before (e.g. the
+    # chapter so far for a `cache:` model, beside a few for a context LM); 0: none.
+    cache: int = 0
+    # Name of that field.
+    cache_field: str = CACHE_FIELD
 
     def __post_init__(self) -> None:
         group_by = "recording" if self.group_by == "chapter" else self.group_by
@@ -56,6 +62,14 @@ class ContextBuildOptions:
         if not self.field or self.field in ("recording", "speaker"):
             raise ValueError(
                 f"field must be a name other than recording/speaker, got {self.field!r}"
+            )
+        c = self.cache
+        if not isinstance(c, int) or isinstance(c, bool) or c < 0:
+            raise ValueError(f"cache must be an integer >= 0, got {self.cache!r}")
+        if c and self.cache_field in ("", self.field, "recording", "speaker"):
+            raise ValueError(
+                f"cache_field must be a name other than {self.field}/recording/speaker, got "
+                f"{self.cache_field!r}"
             )
 
 
@@ -102,10 +116,13 @@ def build_contexts(
             if options.metadata:
                 record["speaker"] = places[u].speaker
                 record["recording"] = places[u].recording
-            earlier = members[max(0, i - options.previous) : i]
-            lines = [" ".join(texts[e]) for e in earlier if texts[e]]
-            if lines:
-                record[options.field] = "\n".join(lines)
+            for field, k in (
+                (options.field, options.previous),
+                (options.cache_field, options.cache),
+            ):
+                lines = [" ".join(texts[e]) for e in members[max(0, i - k) : i] if texts[e]]
+                if k and lines:
+                    record[field] = "\n".join(lines)
             contexts[u] = record
     return {u: contexts[u] for u in texts}  # the input's order
 

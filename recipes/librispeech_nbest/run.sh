@@ -201,15 +201,15 @@ fi
 
 # Both contexts (CTX=1): the context LM itself interpolated with the cache (`ctxk`), each model
 # reading its own span: a record holds `previous` (CTX_K utterances, the context LM's) and
-# `cache` (the chapter so far, CACHE_K, the cache's; local/both_contexts.py).
+# `cache` (the chapter so far, CACHE_K, the cache's: `context build --cache`).
 SCORED_BOTH=${SCORED}_both
 if run_stage 4 && [ "$CTX" = 1 ]; then
   mkdir -p "$SCORED_BOTH"
   write_cache "$EXP/context/cache_ctx.json" "ctx=torch:$(realpath "$CTX_MODEL")" cache
   for set in $SETS; do
     both=$EXP/context/$set.both.jsonl
-    [ -s "$both" ] || "$PY" "$HERE/local/both_contexts.py" "$EXP/context/$set.first_pass.jsonl" \
-      "$EXP/context/$set.cache.jsonl" "$both"
+    [ -s "$both" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CTX_K" \
+      --cache "$CACHE_K" --out "$both"
     out=$SCORED_BOTH/$set.jsonl
     [ -s "$out" ] && continue
     log "stage 4: scoring $set with the context LM and its cache"

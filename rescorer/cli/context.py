@@ -20,6 +20,7 @@ from rescorer.cli.options import (
     out_option,
 )
 from rescorer.context_build import (
+    CACHE_FIELD,
     GROUP_BY,
     PREVIOUS_FIELD,
     ContextBuildOptions,
@@ -66,6 +67,17 @@ def context() -> None:
 )
 @click.option("--field", default=PREVIOUS_FIELD, show_default=True, help="Name of the text field.")
 @click.option(
+    "--cache",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Also a second text field of the same form over this many utterances before (e.g. "
+    "100: the chapter so far, for a cache: model beside a context LM); 0: none.",
+)
+@click.option(
+    "--cache-field", default=CACHE_FIELD, show_default=True, help="Name of that second field."
+)
+@click.option(
     "--metadata/--no-metadata",
     default=True,
     show_default=True,
@@ -80,6 +92,8 @@ def context_build(
     group_by: str,
     source: str,
     field: str,
+    cache: int,
+    cache_field: str,
     metadata: bool,
     out_path: Path,
 ) -> None:
@@ -93,6 +107,7 @@ def context_build(
     Example:
       rescorer context build --nbest DEV --previous 3 --out dev.ctx.jsonl
       rescorer context build --nbest DEV --from rescored/1best.txt --out dev.ctx2.jsonl
+      rescorer context build --nbest DEV --previous 3 --cache 100 --out dev.both.jsonl
     """
     nbest = load_nbest(nbest_path, fmt)
     if source == FIRST_PASS:
@@ -106,7 +121,12 @@ def context_build(
         check_same_ids(set(nbest), set(texts), "1-best", path, against=nbest_path)
         text_path = path
     options = ContextBuildOptions(
-        previous=previous, group_by=group_by, field=field, metadata=metadata
+        previous=previous,
+        group_by=group_by,
+        field=field,
+        metadata=metadata,
+        cache=cache,
+        cache_field=cache_field,
     )
     try:
         contexts = build_contexts(texts, options)

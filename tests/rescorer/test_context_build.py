@@ -62,7 +62,29 @@ def test_grouping_by_speaker_runs_across_that_speaker_s_recordings() -> None:
     assert chapter == build_contexts(chapter_texts(), ContextBuildOptions(group_by="recording"))
 
 
+def test_a_cache_field_spans_more_utterances_beside_the_previous_ones() -> None:
+    texts = chapter_texts()
+    ctx = build_contexts(texts, ContextBuildOptions(previous=1, cache=3))
+    alone = build_contexts(texts, ContextBuildOptions(previous=1))
+    for utt, record in ctx.items():
+        assert record.get("previous") == alone[utt].get("previous")  # unchanged by the cache
+        assert {k: v for k, v in record.items() if k != "cache"} == alone[utt]
+    assert "cache" not in ctx["11-100-0000"]
+    assert ctx["11-100-0004"]["cache"].split("\n") == [
+        "W11_100_0001",
+        "W11_100_0002",
+        "W11_100_0003",
+    ]
+    assert ctx["11-100-0004"]["previous"] == "W11_100_0003"
+    named = build_contexts(texts, ContextBuildOptions(previous=1, cache=2, cache_field="chapter"))
+    assert named["11-100-0004"]["chapter"] == "W11_100_0002\nW11_100_0003"
+
+
 def test_options_and_ids_are_checked() -> None:
+    with pytest.raises(ValueError, match="cache must be an integer >= 0"):
+        ContextBuildOptions(cache=-1)
+    with pytest.raises(ValueError, match="cache_field must be a name other than"):
+        ContextBuildOptions(cache=5, cache_field="previous")
     with pytest.raises(ValueError, match="previous must be an integer >= 1"):
         ContextBuildOptions(previous=0)
     with pytest.raises(ValueError, match="group_by must be one of"):

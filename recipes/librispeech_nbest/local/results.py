@@ -247,7 +247,7 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             "- Both contexts (3CK, 4CK): the context LM itself interpolated with the same cache "
             "(`ctxk`, beside its own `ctx`), each reading its own span of the earlier 1-best: "
             "the context LM its usual previous utterances, the cache the chapter so far "
-            "(local/both_contexts.py)."
+            "(`context build --cache`)."
         )
     ppl = []
     for stem, what in PPL_VARIANTS:
