@@ -98,6 +98,22 @@ def numbers(name: str, dim: int, value: Any) -> tuple[float, ...]:
     return out
 
 
+def without_field(key: ContextKey, field: str) -> ContextKey:
+    """``key`` without ``field`` ("": unchanged): e.g. a history model's history, which the
+    weights do not depend on."""
+    return tuple(item for item in key if item[0] != field) if field else key
+
+
+def history_lines(key: ContextKey, field: str) -> list[list[str]]:
+    """The words of each non-empty line of ``key``'s text ``field`` ([] without one): the
+    earlier utterances a history model reads, one per line as ``rescorer context build`` writes
+    them, each to be run as ``<s> w1 .. wn`` before the sentence."""
+    text = dict(key).get(field) if field else None
+    if not text:
+        return []
+    return [words for words in (line.split() for line in text.splitlines()) if words]
+
+
 class ContextKeys:
     """Normalises context records for one model (see the module docstring for the rules).
 

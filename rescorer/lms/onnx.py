@@ -55,7 +55,13 @@ from export.format import (
     SCORE_TOKEN_KIND,
 )
 from export.runtime import OnnxMeta, create_session
-from rescorer.core.context_key import ContextField, ContextKey, ContextKeys
+from rescorer.core.context_key import (
+    ContextField,
+    ContextKey,
+    ContextKeys,
+    history_lines,
+    without_field,
+)
 from rescorer.core.io import read_tokens
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
@@ -197,17 +203,11 @@ class OnnxLM(WordLM):
     def _history_ids(self, key: ContextKey) -> list[int]:
         """A history model's input before the sentence: ``<s>`` and the ids of each non-empty
         line of the key's history text ([] without one), as ``torch:`` models read it."""
-        text = dict(key).get(self.history) if self.history else None
-        if not text:
-            return []
-        lines = [words for words in (line.split() for line in text.splitlines()) if words]
+        lines = history_lines(key, self.history)
         return [i for ids in self.words.ids(lines) for i in (self.meta.sos_id, *ids)]
 
-    def _without_history(self, key: ContextKey) -> ContextKey:
-        return tuple(item for item in key if item[0] != self.history) if self.history else key
-
     def _context_id(self, key: ContextKey) -> int:
-        key = self._without_history(key)
+        key = without_field(key, self.history)
         if not self.meta.multi:
             if key != self._folded:
                 self._keys.log_once(
@@ -378,9 +378,9 @@ class OnnxLM(WordLM):
         vector = self.context_vectors(1, [context])[0] if self.meta.vector else None
         state = OnnxLMState(cid, zeros, zeros, self.meta.sos_id, vector)
         history = self._history_ids(self.context_key(context)) if context is not None else []
-        for token in history:  # a history model: its previous utterances, one step each
-            state = OnnxLMState(cid, state.h, state.m, token, vector)
-            _, h, m = self._step([state])
+        if history:  # a history model: its previous utterances in one run, their state kept
+            x = np.array([history], dtype=np.int64)  # (1, L)
+            h, m = self.session.run(["next_h0", "next_c0"], self._feed([state], x))
             state = OnnxLMState(cid, h[:, 0].copy(), m[:, 0].copy(), self.meta.sos_id, vector)
         return state
 
@@ -421,8 +421,19 @@ class OnnxLM(WordLM):
             hit = self._step_cache.get(id(states[0]))
             if hit is not None and hit[0] is states[0]:
                 return hit[1], hit[2], hit[3]
+        x = np.array([[s.token] for s in states], dtype=np.int64)  # (N, 1)
+        log_probs, h, m = self.session.run(None, self._feed(states, x))  # (N, 1, V), (l, N, d) x 2
+        log_probs = log_probs[:, 0]
+        if len(states) == 1:
+            self._step_cache[id(states[0])] = (states[0], log_probs, h, m)
+            if len(self._step_cache) > STEP_CACHE:
+                self._step_cache.popitem(last=False)
+        return log_probs, h, m
+
+    def _feed(self, states: Sequence[OnnxLMState], x: np.ndarray) -> dict[str, np.ndarray]:
+        """A step graph's inputs: ``x`` (N, L) run from each state's h, m and context."""
         feed = {
-            "x": np.array([[s.token] for s in states], dtype=np.int64),  # (N, 1)
+            "x": x,
             "h0": np.stack([s.h for s in states], axis=1),  # (layers, N, d)
             "c0": np.stack([s.m for s in states], axis=1),
         }
@@ -430,13 +441,7 @@ class OnnxLM(WordLM):
             feed["context_id"] = np.array([s.context_id for s in states], dtype=np.int64)
         if self.meta.vector:
             feed["context_vector"] = np.stack([s.vector for s in states])  # type: ignore[misc]
-        log_probs, h, m = self.session.run(None, feed)  # (N, 1, V), (layers, N, d) x 2
-        log_probs = log_probs[:, 0]
-        if len(states) == 1:
-            self._step_cache[id(states[0])] = (states[0], log_probs, h, m)
-            if len(self._step_cache) > STEP_CACHE:
-                self._step_cache.popitem(last=False)
-        return log_probs, h, m
+        return feed
 
     # -- next-word distributions (the optional extension used by rescorer.predict) ------------
     def vocabulary(self) -> tuple[str, ...]:

@@ -67,7 +67,13 @@ from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
 from lm_models.lstm.model import AdaptedWeights, ContextLSTM
 from lm_models.tokenizer import SubwordTokenizer
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
-from rescorer.core.context_key import ContextField, ContextKey, ContextKeys
+from rescorer.core.context_key import (
+    ContextField,
+    ContextKey,
+    ContextKeys,
+    history_lines,
+    without_field,
+)
 from rescorer.core.device import resolve_device
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
@@ -207,18 +213,12 @@ class TorchLM(WordLM):
 
     def _model_key(self, key: ContextKey) -> ContextKey:
         """``key`` without a history model's history field: what the weights depend on."""
-        if not self.history:
-            return key
-        return tuple(item for item in key if item[0] != self.history)
+        return without_field(key, self.history)
 
     def _history_ids(self, key: ContextKey) -> list[int]:
         """The unit ids a history model reads before the sentence: ``<s>`` and the units of each
-        non-empty line of the key's history text, in order ([] without one)."""
-        text = dict(key).get(self.history) if self.history else None
-        if not text:
-            return []
-        lines = [words for words in (line.split() for line in text.splitlines()) if words]
-        ids, _ = self._ids(lines)
+        line of the key's history text, in order ([] without one)."""
+        ids, _ = self._ids(history_lines(key, self.history))
         return [i for sentence in ids for i in (BOS_ID, *sentence)]
 
     def _history_states(

@@ -43,10 +43,12 @@ CONTEXTS: list[dict[str, str] | None] = [{"genre": "news"}, {"genre": "sport"}, 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "restore_logging")
 
 
-def make_model(mode: str = "factor", seed: int = 0) -> ContextLSTM:
+def make_model(mode: str = "factor", seed: int = 0, **config: object) -> ContextLSTM:
+    """A tiny random model; ``config``: further LSTMConfig fields (e.g. history)."""
     kwargs: dict = dict(
         vocab_size=len(VOCAB), embed_dim=6, hidden_dim=8, num_layers=2, mode=mode, layer_norm=True
     )
+    kwargs.update(config)
     if mode != "unadapted":
         kwargs.update(context_dim=4, context_vars=(GENRE,), rank=2 if mode == "factor" else 0)
     torch.manual_seed(seed)

@@ -24,7 +24,7 @@ from lm_models.lstm.data import DataConfig, join_runs
 from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.cli.main import main
 from rescorer.lms.torch import TorchLM
-from tests.rescorer.lms.test_torch import GENRE, VOCAB, WORDS
+from tests.rescorer.lms.test_torch import GENRE, VOCAB, WORDS, make_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread", "restore_logging")
 
@@ -32,19 +32,8 @@ INDEX = {w: i for i, w in enumerate(VOCAB)}
 
 
 def history_model(mode: str = "unadapted", seed: int = 0) -> ContextLSTM:
-    kwargs: dict = dict(
-        vocab_size=len(VOCAB), embed_dim=6, hidden_dim=8, num_layers=2, mode=mode,
-        history="previous",
-    )  # fmt: skip
-    if mode != "unadapted":
-        kwargs.update(context_dim=4, context_vars=(GENRE,))
-    torch.manual_seed(seed)
-    model = ContextLSTM(LSTMConfig(**kwargs))
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.4)
-    return model.eval()
+    """A tiny random history model (the context of a concat one: a genre)."""
+    return make_model(mode, seed, history="previous")
 
 
 def naive(model: ContextLSTM, words: Sequence[str], record: dict | None) -> np.ndarray:
