@@ -29,7 +29,14 @@
 # with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py;
 # rows 3CK/4CK: the context LM itself with the cache):
 # CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
-# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5). RESULTS (the
+# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5).
+# CUE (0; 1: also the rows of a CUE model, Novotney et al., whose context is the previous
+# utterance's text as a MiniLM sentence vector: CUE_MODEL, trained with the previous sentence of
+# the book as its context, and CUE_BASE, the control decoder trained with the empty context;
+# defaults exp/cue/runs/t3_{prev,none}/model, which stage 3 trains with CUE_CONF,
+# conf/cue_cpu.json, through recipes/cue_brown/local/cue_brown.py when they are missing: about
+# 1.5 h on two cores), CUE_K (previous utterances of the same chapter in its context, 1: the
+# model was trained with one). RESULTS (the
 # table stage 7 writes, default RESULTS.md here, whose copy goes into README.md; elsewhere,
 # the README is left alone).
 set -euo pipefail
@@ -55,6 +62,11 @@ CTX_K=${CTX_K:-3}
 CACHE_K=${CACHE_K:-100}
 CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
 CACHE_MIN_CHARS=${CACHE_MIN_CHARS:-5}
+CUE=${CUE:-0}
+CUE_CONF=${CUE_CONF:-$HERE/conf/cue_cpu.json}
+CUE_MODEL=${CUE_MODEL:-$EXP/cue/runs/t3_prev/model}
+CUE_BASE=${CUE_BASE:-$EXP/cue/runs/t3_none/model}
+CUE_K=${CUE_K:-1}
 RESULTS=${RESULTS:-$HERE/RESULTS.md}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 [ -d "$(dirname "$RESULTS")" ] || { log "RESULTS=$RESULTS: no folder $(dirname "$RESULTS")"; exit 2; }
@@ -92,6 +104,28 @@ if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$LSTM_DIR/best/model.safetensors" ]
   log "stage 3: training the word LSTM (every ${LSTM_EVERY}th sentence of the books)"
   awk -v n="$LSTM_EVERY" 'NR % n == 0' "$EXP/lm/books.txt" > "$EXP/lm/lstm_train.txt"
   timed lstm "$RESCORER" train "$LSTM_CONF" --data-dir "$EXP/lm" --out "$LSTM_DIR"
+fi
+
+if run_stage 3 && [ "$CUE" = 1 ] && { [ ! -s "$CUE_MODEL/model.safetensors" ] ||
+  [ ! -s "$CUE_BASE/model.safetensors" ]; }; then
+  log "stage 3: training the CUE pair (control and previous sentence) on the normalised books"
+  cue_exp=$EXP/cue
+  mkdir -p "$cue_exp"
+  # CUE_CONF with data.path pointing at this run's books (a blank line between books)
+  "$PY" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["data"]["path"] = sys.argv[2]
+json.dump(c, open(sys.argv[3], "w"), indent=2)' "$CUE_CONF" "$EXP/lm/books_by_book.txt" \
+    "$cue_exp/conf.json"
+  cue=("$PY" "$ROOT/recipes/cue_brown/local/cue_brown.py")
+  for step in prepare embed pretrain; do
+    timed "cue_$step" "${cue[@]}" "$step" "$cue_exp/conf.json" "$cue_exp" "$DATA"
+  done
+  # the two runs side by side, one core each
+  OMP_NUM_THREADS=1 "${cue[@]}" experiments "$cue_exp/conf.json" "$cue_exp" "$DATA" \
+    --only t3_none &
+  pid=$!
+  OMP_NUM_THREADS=1 "${cue[@]}" experiments "$cue_exp/conf.json" "$cue_exp" "$DATA" \
+    --only t3_prev
+  wait "$pid"
 fi
 
 # Scored N-best lists: the LSTM adds two columns, so runs with and without it keep separate files.
@@ -219,6 +253,49 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
   done
 fi
 
+# CUE rows (CUE=1): the control decoder (`cun`), the CUE model given each utterance's previous
+# utterance (its first-pass 1-best) as the field `prev` (`cu`), and the same model with no
+# context (`cu0`, its empty-context vector).
+SCORED_CUE=${SCORED}_cue
+if run_stage 4 && [ "$CUE" = 1 ]; then
+  for m in "$CUE_MODEL" "$CUE_BASE"; do
+    [ -s "$m/model.safetensors" ] || { log "CUE=1: no checkpoint at $m"; exit 1; }
+  done
+  mkdir -p "$EXP/context" "$SCORED_CUE"
+  for set in $SETS; do
+    prev=$EXP/context/$set.prev$CUE_K.jsonl
+    [ -s "$prev" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CUE_K" \
+      --field prev --out "$prev"
+    out=$SCORED_CUE/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the CUE model and its control"
+    timed "score_cue_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
+      --lm "cun=cue:$CUE_BASE" --lm "cu=cue:$CUE_MODEL" --context "$prev" \
+      --out "$SCORED_CUE/$set.given.jsonl" 2> "$SCORED_CUE/$set.log"
+    timed "score_cu0_$set" "$RESCORER" -q score --nbest "$SCORED_CUE/$set.given.jsonl" \
+      --lm "cu0=cue:$CUE_MODEL" --out "$out" 2>> "$SCORED_CUE/$set.log"
+    rm "$SCORED_CUE/$set.given.jsonl"
+  done
+  # Perplexity of the dev_other references: the control; the CUE model with no context, with
+  # the first-pass previous utterance and with the references' own (the upper bound).
+  refs=$NBEST/dev_other/references/ref_wer.trn
+  ref_text=$EXP/context/dev_other.ref_text
+  [ -s "$ref_text" ] || "$PY" -c 'import sys; from rescorer.refs import read_references
+for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs" > "$ref_text"
+  ref_prev=$EXP/context/dev_other.prev$CUE_K.references.jsonl
+  [ -s "$ref_prev" ] || "$RESCORER" -q context build --nbest "$NBEST/dev_other" \
+    --previous "$CUE_K" --field prev --from "$ref_text" --out "$ref_prev"
+  for v in "cue_control|$CUE_BASE|" "cue_none|$CUE_MODEL|" \
+    "cue_first_pass|$CUE_MODEL|$EXP/context/dev_other.prev$CUE_K.jsonl" \
+    "cue_references|$CUE_MODEL|$ref_prev"; do
+    IFS='|' read -r name model ctx <<< "$v"
+    out=$EXP/context/ppl_dev_other.$name.txt
+    [ -s "$out" ] && continue
+    "$RESCORER" -q ppl --lm "cue:$model" --text "$refs" --text-format trn \
+      ${ctx:+--context "$ctx"} > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+fi
+
 # system name | features tuned on dev_clean | length weight | scored lists (default $SCORED)
 # ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`;
 #  the LSTM's are `lstm` and `lstm_oov`)
@@ -255,6 +332,17 @@ if [ "$CTX" = 1 ]; then
     "4K_all_cache|decoder,ctc,lm,4gram,4gram_oov,$NB,nbk|--length|$SCORED_CACHE"
     "3CK_lstm_previous_cache|decoder,ctc,$CF,ctxk|--no-length|$SCORED_BOTH"
     "4CK_all_previous_cache|decoder,ctc,lm,4gram,4gram_oov,$CF,ctxk|--length|$SCORED_BOTH"
+  )
+fi
+
+if [ "$CUE" = 1 ]; then
+  SYSTEMS+=(
+    "3UN_cue_nocontext|decoder,ctc,cun|--no-length|$SCORED_CUE"
+    "3U0_cue_context_withheld|decoder,ctc,cu0|--no-length|$SCORED_CUE"
+    "3U_cue_previous|decoder,ctc,cu|--no-length|$SCORED_CUE"
+    "4UN_all_cue_nocontext|decoder,ctc,lm,4gram,4gram_oov,cun|--length|$SCORED_CUE"
+    "4U0_all_cue_context_withheld|decoder,ctc,lm,4gram,4gram_oov,cu0|--length|$SCORED_CUE"
+    "4U_all_cue_previous|decoder,ctc,lm,4gram,4gram_oov,cu|--length|$SCORED_CUE"
   )
 fi
 
@@ -317,11 +405,17 @@ if run_stage 6 && [ "$CTX" = 1 ]; then
     "nbk=cache:$EXP/context/cache_nb.json" cache2 "$SCORED_CTX"  # the twin's `nb` is there
 fi
 
+if run_stage 6 && [ "$CUE" = 1 ]; then
+  second_pass 4U2_all_cue_second_pass 4U_all_cue_previous "$CUE_K" "cu=cue:$CUE_MODEL" cue2 \
+    "$SCORED"
+fi
+
 if run_stage 7; then
   log "stage 7: results table"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
-    $([ "$CTX" = 1 ] && echo --context) \
+    $([ "$CTX" = 1 ] && echo --context) $([ "$CUE" = 1 ] && echo --cue) \
+    --cue-model "$CUE_MODEL" --cue-base "$CUE_BASE" \
     --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "bash recipes/librispeech_nbest/run.sh" \
     --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS"
 fi

@@ -311,7 +311,11 @@ def test_novels_split_by_block_within_each_novel_with_the_previous_sentence_of_t
 @pytest.mark.parametrize(
     ("keys", "expected"),
     [
-        ({"corpus": "gutenberg"}, "data.corpus must be 'brown' or 'novels', got 'gutenberg'"),
+        (
+            {"corpus": "gutenberg"},
+            "data.corpus must be 'brown', 'novels' or 'plain', got 'gutenberg'",
+        ),
+        ({"corpus": "plain", "path": "nowhere.txt"}, "data.path must name a plain-text file"),
         ({"corpus": "novels", "block_sentences": 0}, "data.block_sentences must be a positive"),
         ({"corpus": "novels", "blocks": "all"}, "got 50 and 'all'"),
     ],
@@ -321,6 +325,33 @@ def test_novels_settings_refused_in_one_line(tmp_path, keys, expected):
     fake_novels(tmp_path)
     with pytest.raises(drv.SettingError, match=expected):
         drv.corpus_rows({"split": [0.8, 0.1, 0.1], "split_seed": 0, **keys}, tmp_path)
+
+
+def test_plain_text_books_cut_into_blocks_split_by_book_with_the_previous_sentence(tmp_path):
+    # Two books of 12 sentences (a blank line between them), as the LibriSpeech recipe's
+    # normalised novels are written (exp/lm/books_by_book.txt).
+    drv = load_local("cue_brown")
+    books = tmp_path / "books_by_book.txt"
+    books.write_text(
+        "\n\n".join("\n".join(f"{book} LINE {i}" for i in range(12)) for book in ("TALE", "ROAD"))
+        + "\n"
+    )
+    dc = {"corpus": "plain", "path": str(books), "block_sentences": 2, "blocks": None,
+          "split": [0.5, 0.25, 0.25], "split_seed": 0}  # fmt: skip
+    rows, n_docs = drv.corpus_rows(dc, tmp_path)
+    assert sum(n_docs) == 12 and n_docs[0] == 6
+    for split in ("train", "dev", "test"):  # every book in every split
+        assert {r["words"][0] for r in rows[split]} == {"TALE", "ROAD"}, split
+    for r in rows["train"] + rows["dev"] + rows["test"]:
+        book, _, i = r["words"]
+        i = int(i)
+        first = 1 if book == "TALE" else 14  # the book's first line in the file
+        assert r["fields"]["document"] == f"books_by_book-{first}#{i // 2}"
+        # the block's previous sentence, words as written (no lower-casing): none at its start
+        assert r["fields"]["prev"] == ("" if i % 2 == 0 else f"{book} LINE {i - 1}")
+        assert set(r["fields"]) == {"document", "prev"}
+    kept, n_kept = drv.corpus_rows({**dc, "blocks": 4}, tmp_path)
+    assert sum(n_kept) == 4
 
 
 def test_results_describe_the_novels(tmp_path):

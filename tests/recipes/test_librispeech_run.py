@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from rescorer.contexts import read_contexts
 from tests.paths import REPO
@@ -138,3 +139,57 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
     assert f"CTX_MODEL={os.path.relpath(models['previous'], RECIPE)}" in text
     # RESULTS elsewhere: the recipe's own table and README are not touched
     assert [digest(RECIPE / "RESULTS.md"), digest(RECIPE / "README.md")] == tables
+
+    # CUE=1: a tiny subword CUE pair (the previous sentence as context, and the control)
+    cue = tiny_cue_pair(exp / "lm" / "books.txt", tmp_path / "cue")
+    run("bash", str(RECIPE / "run.sh"), "--stage", "4", CTX="1", CUE="1",
+        CTX_MODEL=str(models["previous"]), CTX_BASE=str(models["word"]),
+        CUE_MODEL=str(cue["prev"]), CUE_BASE=str(cue["none"]))  # fmt: skip
+    prev = read_contexts(exp / "context" / "dev_other.prev1.jsonl")
+    for name in ("dev_clean", "dev_other"):
+        same = differ = 0
+        for line in (exp / "scored_cue" / f"{name}.jsonl").read_text().splitlines():
+            utt = json.loads(line)
+            for hyp in utt["hyps"]:
+                s = hyp["scores"]
+                assert {"cun", "cu", "cu0"} <= set(s) and "cu_oov" not in s  # subword: no OOV
+                if utt["utt"] in first[name]:
+                    assert s["cu"] == pytest.approx(s["cu0"], abs=1e-4)
+                    same += 1
+                else:
+                    differ += abs(s["cu"] - s["cu0"]) > 1e-3
+        assert same and differ
+    # one earlier utterance, as the field the model reads
+    assert all(set(r) >= {"prev"} and "\n" not in r["prev"] for r in prev.values() if "prev" in r)
+    text = results.read_text()
+    for row in ("3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2", "3C", "4CK"):
+        assert f"\n| {row} | " in text, row
+    for pair in ("row 3U vs row 3U0", "row 4U vs row 4UN", "row 4U2 vs row 4U"):
+        assert f"### {pair}\n" in text, pair
+    assert "the CUE model, the previous utterance from the references (upper bound)" in text
+    assert "context: the previous sentence as a `hash:16` vector" in text
+
+
+def tiny_cue_pair(books: Path, out: Path) -> dict[str, Path]:
+    """Two tiny subword CUE checkpoints over pieces of ``books``: ``prev`` reads the field
+    ``prev`` (a hashed vector), ``none`` no field; random weights (the recipe's plumbing is
+    under test, not the model)."""
+    from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLMConfig
+    from lm_models.text_encoders import HashEmbedder
+    from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+    from lm_models.vocab import Vocabulary
+
+    lines = [line.split() for line in books.read_text().splitlines()[:3000] if line.strip()]
+    tok = SubwordTokenizer.train(lines, TokenizerOptions(vocab_size=400))
+    paths = {}
+    for name, fields in (("prev", (("prev", "previous sentence"),)), ("none", ())):
+        sentence = SentenceLMConfig(vocab_size=len(tok), dim=16, layers=1, heads=2, ffn_dim=32)
+        config = CUEConfig(
+            vocab_size=len(tok), sentence=sentence, dim=16, decoder_layers=1, decoder_heads=2,
+            decoder_ffn_dim=32, context_dim=16, context_heads=2, embedder="hash:16",
+            context_fields=fields, proxy_hidden=16, proxy_dim=4, dropout=0.0,
+        )  # fmt: skip
+        torch.manual_seed(0)
+        paths[name] = out / name
+        CUELM(CUEModel(config), Vocabulary(tok.pieces), HashEmbedder(16), tok).save(paths[name])
+    return paths

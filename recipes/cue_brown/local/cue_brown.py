@@ -45,7 +45,11 @@ Settings of the conf file that shape the experiments (issue 17's review of the f
   into blocks of ``data.block_sentences`` consecutive sentences, the last shorter one dropped,
   ``data.blocks`` of them kept at random (null: all), blocks split by title, so every novel
   is in every split, as a recording's chapters would be; metadata fields ``author``, ``title``,
-  ``document`` (the block); the previous sentence is the block's).
+  ``document`` (the block); the previous sentence is the block's), or ``"plain"``: the
+  plain-text file ``data.path`` (relative to the working directory), one tokenised sentence per
+  line and a blank line between books (e.g. the LibriSpeech recipe's novels normalised into
+  LibriSpeech style, ``exp/lm/books_by_book.txt``), cut and split as the novels are (by book);
+  metadata field ``document`` (the block).
 - ``data.adapt_corpus``: ``"brown"`` (default: the adaptation sample is drawn from the Brown
   training sentences) or ``"state_union"``: the adaptation stages train on State of the Union
   addresses (``corpora/state_union``, a separate corpus, as issue 17 asks), their early
@@ -79,9 +83,11 @@ import torch
 from results import ABLATION_SETS, encoder_row_name  # this folder's tables (no model code)
 
 from lm_models.corpora import (
+    Document,
     chunk_documents,
     read_brown,
     read_novels,
+    read_plain,
     read_state_union,
     split_documents,
 )
@@ -106,6 +112,9 @@ logger = logging.getLogger("cue_brown")
 
 # Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
 STAGE = "stage"
+# Table 3's context sets, in training order (a conf may define a subset: ``none`` and ``prev``
+# are the comparison a short budget must reach).
+TABLE3_SETS = ("none", "prev", "meta", "both")
 _CONTENTS_RE = re.compile(r"^([A-R])(\d\d)\.\s+(.*\S)\s*$")
 
 
@@ -171,8 +180,31 @@ def corpus_rows(dc: dict, data_dir: Path) -> tuple[dict[str, list[dict]], list[i
                 "document": doc.doc_id.lower(),
             }
 
+    elif corpus == "plain":
+        path, size = dc.get("path"), dc.get("block_sentences", 50)
+        if not isinstance(path, str) or not Path(path).is_file():
+            raise SettingError(
+                "data.path must name a plain-text file (one sentence per line, a blank line "
+                f"between books) for corpus 'plain', got {path!r}"
+            )
+        if not isinstance(size, int) or size < 1:
+            raise SettingError(f"data.block_sentences must be a positive count, got {size!r}")
+        books = [
+            Document(b.doc_id, b.sentences, {"book": b.doc_id})
+            for b in read_plain(path, per="block")
+        ]
+        blocks = chunk_documents(books, size, drop_last=True)
+        keep = dc.get("blocks")
+        if keep is not None and keep < len(blocks):
+            picked = set(random.Random(dc["split_seed"]).sample(range(len(blocks)), keep))
+            blocks = [b for i, b in enumerate(blocks) if i in picked]
+        splits = split_documents(blocks, tuple(dc["split"]), "book", dc["split_seed"])
+
+        def metadata(doc: Any) -> dict[str, str]:
+            return {"document": doc.doc_id.lower()}
+
     else:
-        raise SettingError(f"data.corpus must be 'brown' or 'novels', got {corpus!r}")
+        raise SettingError(f"data.corpus must be 'brown', 'novels' or 'plain', got {corpus!r}")
     rows = {
         name: [row for doc in part for row in document_rows(doc, metadata(doc))]
         for name, part in zip(("train", "dev", "test"), splits, strict=True)
@@ -310,7 +342,9 @@ def embed(conf: dict, exp: Path, embedder_spec: str) -> None:
 
     cache = vector_cache(conf, exp, embedder_spec)
     before = len(cache)
-    pairs = field_pairs(conf, "both")
+    # every field some context set reads (the full set "both", where the conf has one)
+    names = dict.fromkeys(f for fields in conf["sets"].values() for f in fields)
+    pairs = tuple((f, conf["fields"][f]) for f in names)
     t0 = time.perf_counter()
     for name in ("train", "dev", "test", "adapt", "adapt_dev", "adapt_test"):
         cache.add(s for r in load_rows(exp, name) for s in render_context(r["fields"], pairs))
@@ -413,7 +447,7 @@ def partition_sets(conf: dict) -> dict[str, list[str]]:
     """Random partitions of the context types into A and B (both non-empty), as the sets
     ``pK_A`` / ``pK_B`` (and ``both`` = A + B for every K); the same conf gives the same."""
     spec = conf.get("partitions") or {"count": 0, "seed": 0}
-    types = list(conf["sets"]["both"])
+    types = list(conf["sets"].get("both", []))
     rng = random.Random(spec["seed"])
     out: dict[str, list[str]] = {}
     seen: set[frozenset[str]] = set()
@@ -792,7 +826,8 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
         r.run(f"sentence_only_{kind}", lambda kind=kind: _sentence_only(r, kind))
     # Table 3: context sets, jointly trained decoder + context encoder (the control and the
     # previous sentence first: the comparison a short budget must reach).
-    for set_name in ("none", "prev", "meta", "both"):
+    table3 = [name for name in TABLE3_SETS if name in conf["sets"]]
+    for set_name in table3:
         r.joint(f"t3_{set_name}", set_name, keep=True)  # kept: the cache analysis reads them
     # Ablations, where the conf has their sets: the metadata with the fields that name a text
     # (the source, the document id), which test sentences mostly have values unseen in training.
@@ -801,7 +836,7 @@ def _all_runs(r: Runner, conf: dict, exp: Path, setup: Setup) -> None:
             r.joint(f"t3_{set_name}", set_name, keep=True)
     # Table 3 again with every extra seed (the rows ``stop_after: "t3"`` still runs).
     for seed in conf.get("extra_seeds", []):
-        for set_name in ("none", "prev", "meta", "both"):
+        for set_name in table3:
             r.joint(f"t3_{set_name}_seed{seed}", set_name, seed=seed, keep=True)
     for set_name, more in conf.get("ablation_seeds", {}).items():
         for seed in more:

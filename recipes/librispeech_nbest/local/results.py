@@ -68,12 +68,33 @@ SYSTEMS = [
         "3CK_lstm_previous_cache",
     ),
     ("4CK", "all + our LSTM (previous utterances) with a cache of them", "4CK_all_previous_cache"),
+    ("3UN", "decoder + ctc + our CUE control (trained with no context)", "3UN_cue_nocontext"),
+    (
+        "3U0",
+        "  3U's CUE model with its context withheld (none given)",
+        "3U0_cue_context_withheld",
+    ),
+    ("3U", "decoder + ctc + our CUE (previous utterance)", "3U_cue_previous"),
+    ("4UN", "all + our CUE control (trained with no context)", "4UN_all_cue_nocontext"),
+    (
+        "4U0",
+        "  4U's CUE model with its context withheld (none given)",
+        "4U0_all_cue_context_withheld",
+    ),
+    ("4U", "all + our CUE (previous utterance)", "4U_all_cue_previous"),
+    (
+        "4U2",
+        "  4U, second pass: context from 4U's 1-best of the previous utterance (4U's weights)",
+        "4U2_all_cue_second_pass",
+    ),
 ]
 # The rows of issue 16 (run.sh with CTX=1): in the table only with --context, since their
 # folders outlive a later run without it (and its models may be others by then).
 CONTEXT_ROWS = frozenset(
     {"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"}
 )
+# The CUE rows (run.sh with CUE=1), in the table only with --cue.
+CUE_ROWS = frozenset({"3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2"})
 COMPARISONS = [
     ("2", "3"),
     ("2", "3a"),
@@ -95,6 +116,12 @@ COMPARISONS = [
     ("3C0", "3CK"),
     ("4C0", "4CK"),
     ("4K", "4CK"),
+    ("3UN", "3U"),
+    ("3U0", "3U"),
+    ("4", "4UN"),
+    ("4UN", "4U"),
+    ("4U0", "4U"),
+    ("4U", "4U2"),
 ]
 PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("twin", "the twin LM (no context)"),
@@ -103,6 +130,12 @@ PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("references", "the context LM, previous utterances from the references (upper bound)"),
     ("cache_first_pass", "the twin with a cache of the chapter's earlier first-pass 1-best"),
     ("cache_references", "the twin with a cache of the chapter's earlier references (upper bound)"),
+]
+CUE_PPL_VARIANTS = [
+    ("cue_control", "the CUE control (trained with no context)"),
+    ("cue_none", "the CUE model, no context given"),
+    ("cue_first_pass", "the CUE model, the previous utterance from the first-pass 1-best"),
+    ("cue_references", "the CUE model, the previous utterance from the references (upper bound)"),
 ]
 
 
@@ -249,8 +282,14 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             "the context LM its usual previous utterances, the cache the chapter so far "
             "(`context build --cache`)."
         )
+    return lines + ppl_table(exp, PPL_VARIANTS)
+
+
+def ppl_table(exp: Path, variants: list[tuple[str, str]]) -> list[str]:
+    """The perplexities of the dev_other references that ``rescorer ppl`` wrote to
+    EXP/context/ppl_dev_other.STEM.txt, one row per variant found."""
     ppl = []
-    for stem, what in PPL_VARIANTS:
+    for stem, what in variants:
         f = exp / "context" / f"ppl_dev_other.{stem}.txt"
         if not f.exists():
             continue
@@ -263,17 +302,57 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
         )
         excl = found.get("excl", "—")
         ppl.append(f"| {what} | {found.get('ppl', '?').strip()} | {excl} |")
-    if ppl:
-        lines += [
-            "",
-            "Perplexity of the dev_other references (2,864 utterances, `rescorer ppl --context`):",
-            "",
-            "| model and context | ppl | ppl excluding OOVs |",
-            "|---|---|---|",
-            *ppl,
-            "",
-        ]
-    return lines
+    if not ppl:
+        return []
+    return [
+        "",
+        "Perplexity of the dev_other references (2,864 utterances, `rescorer ppl --context`):",
+        "",
+        "| model and context | ppl | ppl excluding OOVs |",
+        "|---|---|---|",
+        *ppl,
+        "",
+    ]
+
+
+def cue_lines(exp: Path, cue_model: Path, cue_base: Path) -> list[str]:
+    """The CUE model and its control (rows 3UN-4U2), their training and the dev_other
+    reference perplexities."""
+    if not (cue_model / "config.json").exists() or not (exp / "4U_all_cue_previous").is_dir():
+        return []
+    stats_file = cue_model.parent.parent.parent / "data" / "stats.json"
+    stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    lines = []
+    for label, folder in (
+        ("CUE model (rows 3U, 4U, 4U2; with its context withheld, 3U0, 4U0)", cue_model),
+        ("CUE control (rows 3UN, 4UN)", cue_base),
+    ):
+        config = json.loads((folder / "config.json").read_text())["config"]
+        result_file = folder.parent / "result.json"
+        result = json.loads(result_file.read_text()) if result_file.exists() else {}
+        fields = [name for _, name in config.get("context_fields", [])]
+        ctx = (
+            f"context: the {', '.join(fields)} as a `{config.get('embedder')}` vector"
+            if fields
+            else "trained with the empty context"
+        )
+        sentence = config["sentence"]
+        units = "subword units" if (folder / "tokenizer.model").exists() else "words"
+        line = (
+            f"- Our {label}: a {config['dim']}-dim decoder of {config['decoder_layers']} "
+            f"layer(s) on a frozen {sentence['layers']}x{sentence['dim']} {sentence['kind']} "
+            f"sentence encoder, {config['vocab_size']:,} {units}; {ctx}."
+        )
+        sample = stats.get("train")
+        if sample and result:  # trained by the recipe (stage 3), not given
+            line += (
+                f" Trained on {sample['sentences']:,} sentences of the normalised books "
+                f"({sample['words']:,} words), {len(result['epochs'])} epochs, the best dev "
+                f"epoch {result['best_epoch']} kept ({result['seconds'] / 60:.0f} min); test "
+                f"perplexity per word on held-out book blocks {result['test_ppl']:.1f}."
+            )
+        lines.append(line)
+    return lines + ppl_table(exp, CUE_PPL_VARIANTS)
 
 
 def reach_of_context(
@@ -373,10 +452,10 @@ def margin_of_context(
     }
 
 
-def margin_lines(m: dict[str, float], row: str) -> list[str]:
+def margin_lines(m: dict[str, float], row: str, label: str = "the context LM") -> list[str]:
     """The context's shift of the reference's margin (:func:`margin_of_context`) as lines."""
     return [
-        f"- Why the perplexity gain barely moves WER (row {row}, the context LM without its "
+        f"- Why the perplexity gain barely moves WER (row {row}, {label} without its "
         f"context, on dev_other): in the {m['cases']:,} utterances where it picks a wrong "
         f"hypothesis and the reference is in the 30-best, giving the LM its context moves its "
         f"log-probability of the reference relative to that choice toward the reference in "
@@ -413,6 +492,15 @@ def main() -> None:
         "--ctx-model", type=Path, default=None, help="default: EXP/lease_pair/previous/best"
     )
     ap.add_argument("--ctx-base", type=Path, default=None, help="default: EXP/lease_pair/word/best")
+    ap.add_argument(
+        "--cue-model", type=Path, default=None, help="default: EXP/cue/runs/t3_prev/model"
+    )
+    ap.add_argument(
+        "--cue-base", type=Path, default=None, help="default: EXP/cue/runs/t3_none/model"
+    )
+    ap.add_argument(
+        "--cue", action="store_true", help="the rows of the CUE model and its control (CUE=1)"
+    )
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
     ap.add_argument("--title", default="LibriSpeech N-best rescoring: results")
@@ -433,6 +521,7 @@ def main() -> None:
         for x in SYSTEMS
         if (x[2] is None or (args.exp / x[2] / "dev_other").is_dir())
         and (args.context or x[0] not in CONTEXT_ROWS)
+        and (args.cue or x[0] not in CUE_ROWS)
     ]
     keys = {x[0] for x in systems}
     comparisons = [(a, b) for a, b in COMPARISONS if a in keys and b in keys]
@@ -464,14 +553,21 @@ def main() -> None:
                 min_chars,
             )
             reach_text = reach_lines(reach, "4", min_chars)
-            withheld = args.exp / "3C0_lstm_context_withheld" / "weights.json"
-            scored = args.exp / "scored_ctx" / "dev_other.jsonl"
-            if args.context and withheld.exists() and scored.exists():
+        # the context's shift of the margin: the LSTM's (CTX=1) and the CUE model's (CUE=1)
+        for wanted, row, folder, scored_dir, with_ctx, without, label in (
+            (args.context, "3C0", "3C0_lstm_context_withheld", "scored_ctx", "ctx", "ctx0",
+             "the context LM"),
+            (args.cue, "3U0", "3U0_cue_context_withheld", "scored_cue", "cu", "cu0",
+             "the CUE model"),
+        ):  # fmt: skip
+            withheld = args.exp / folder / "weights.json"
+            scored = args.exp / scored_dir / f"{s}.jsonl"
+            if s == "dev_other" and wanted and withheld.exists() and scored.exists():
                 margin = margin_of_context(
                     scored, {u: tuple(w) for u, w in refs.items()}, Weights.load(withheld),
-                    "ctx", "ctx0",
+                    with_ctx, without,
                 )  # fmt: skip
-                reach_text += margin_lines(margin, "3C0")
+                reach_text += margin_lines(margin, row, label)
 
     books = args.exp / "lm" / "books.txt"
     n_sent = n_words = 0
@@ -503,6 +599,15 @@ def main() -> None:
                 args.ctx_base or args.exp / "lease_pair" / "word" / "best",
             )
             if args.context
+            else []
+        ),
+        *(
+            cue_lines(
+                args.exp,
+                args.cue_model or args.exp / "cue" / "runs" / "t3_prev" / "model",
+                args.cue_base or args.exp / "cue" / "runs" / "t3_none" / "model",
+            )
+            if args.cue
             else []
         ),
         *reach_text,
