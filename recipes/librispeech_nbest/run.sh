@@ -147,50 +147,63 @@ if run_stage 4; then
   done
 fi
 
+# score_pair DIR CTX_FILE_STEM K FIELD BASE=SPEC MODEL=SPEC MODEL0=SPEC: for each set, the
+# context file EXP/context/SET.STEM.jsonl (the first-pass 1-best of the K previous utterances
+# of the chapter as FIELD), the lists scored with BASE (a model without context) and MODEL
+# given it, then with MODEL again and no context file (MODEL0: its expected context).
+score_pair() {
+  local dir=$1 stem=$2 k=$3 field=$4 base=$5 model=$6 model0=$7 set ctx out
+  mkdir -p "$EXP/context" "$dir"
+  for set in $SETS; do
+    ctx=$EXP/context/$set.$stem.jsonl
+    [ -s "$ctx" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$k" \
+      --field "$field" --out "$ctx"
+    out=$dir/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with ${model%%=*} (given the previous utterances) and ${base%%=*}"
+    timed "score_${model%%=*}_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
+      --lm "$base" --lm "$model" --context "$ctx" --out "$dir/$set.given.jsonl" 2> "$dir/$set.log"
+    timed "score_${model0%%=*}_$set" "$RESCORER" -q score --nbest "$dir/$set.given.jsonl" \
+      --lm "$model0" --out "$out" 2>> "$dir/$set.log"
+    rm "$dir/$set.given.jsonl"
+  done
+}
+
+# reference_ppls PREFIX KIND BASE MODEL STEM REF_STEM K FIELD: perplexity of the dev_other
+# references (EXP/context/ppl_dev_other.PREFIX{twin,none,first_pass,references}.txt): BASE;
+# MODEL with no context (its expected context), with the first-pass context of score_pair's
+# STEM, and with the references' own K previous utterances (EXP/context/dev_other.REF_STEM.jsonl,
+# an upper bound no decoder has).
+reference_ppls() {
+  local prefix=$1 kind=$2 base=$3 model=$4 stem=$5 ref_stem=$6 k=$7 field=$8 v name m ctx out
+  local refs=$NBEST/dev_other/references/ref_wer.trn ref_text=$EXP/context/dev_other.ref_text
+  local ref_ctx=$EXP/context/dev_other.$ref_stem.jsonl
+  [ -s "$ref_text" ] || "$PY" -c 'import sys; from rescorer.refs import read_references
+for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs" > "$ref_text"
+  [ -s "$ref_ctx" ] || "$RESCORER" -q context build --nbest "$NBEST/dev_other" --previous "$k" \
+    --field "$field" --from "$ref_text" --out "$ref_ctx"
+  for v in "twin|$base|" "none|$model|" "first_pass|$model|$EXP/context/dev_other.$stem.jsonl" \
+    "references|$model|$ref_ctx"; do
+    IFS='|' read -r name m ctx <<< "$v"
+    out=$EXP/context/ppl_dev_other.$prefix$name.txt
+    [ -s "$out" ] && continue
+    "$RESCORER" -q ppl --lm "$kind:$m" --text "$refs" --text-format trn \
+      ${ctx:+--context "$ctx"} > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+}
+
 # Context rows (CTX=1): the twin scored without context (`nb`) and the context model (`ctx`)
-# given each utterance's previous utterances of its chapter, their first-pass 1-best.
+# given each utterance's previous utterances of its chapter, their first-pass 1-best; `ctx0`
+# (rows 3C0, 4C0) the context model with none.
 SCORED_CTX=${SCORED}_ctx
 oov_of() { [ -s "$1/tokenizer.model" ] || echo ",$2_oov"; }  # a subword model has no OOVs
 if run_stage 4 && [ "$CTX" = 1 ]; then
   for m in "$CTX_MODEL" "$CTX_BASE"; do
     [ -s "$m/model.safetensors" ] || { log "CTX=1: no checkpoint at $m"; exit 1; }
   done
-  mkdir -p "$EXP/context" "$SCORED_CTX"
-  for set in $SETS; do
-    first=$EXP/context/$set.first_pass.jsonl
-    [ -s "$first" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CTX_K" \
-      --out "$first"
-    out=$SCORED_CTX/$set.jsonl
-    [ -s "$out" ] && continue
-    log "stage 4: scoring $set with the context LM and its twin"
-    timed "score_ctx_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
-      --lm "nb=torch:$CTX_BASE" --lm "ctx=torch:$CTX_MODEL" --context "$first" \
-      --out "$SCORED_CTX/$set.given.jsonl" 2> "$SCORED_CTX/$set.log"
-    # the context LM again with no context file: its expected context (`ctx0`, rows 3C0, 4C0)
-    timed "score_ctx0_$set" "$RESCORER" -q score --nbest "$SCORED_CTX/$set.given.jsonl" \
-      --lm "ctx0=torch:$CTX_MODEL" --out "$out" 2>> "$SCORED_CTX/$set.log"
-    rm "$SCORED_CTX/$set.given.jsonl"
-  done
-  # Perplexity of the dev_other references: the twin; the context model with no context (its
-  # expected context), with the first-pass context, and with the references' own previous
-  # utterances (an upper bound no decoder has).
-  refs=$NBEST/dev_other/references/ref_wer.trn
-  ref_ctx=$EXP/context/dev_other.references.jsonl
-  if [ ! -s "$ref_ctx" ]; then
-    "$PY" -c 'import sys; from rescorer.refs import read_references
-for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs" \
-      > "$EXP/context/dev_other.ref_text"
-    "$RESCORER" -q context build --nbest "$NBEST/dev_other" --previous "$CTX_K" \
-      --from "$EXP/context/dev_other.ref_text" --out "$ref_ctx"
-  fi
-  for v in "twin|$CTX_BASE|" "none|$CTX_MODEL|" \
-    "first_pass|$CTX_MODEL|$EXP/context/dev_other.first_pass.jsonl" "references|$CTX_MODEL|$ref_ctx"; do
-    IFS='|' read -r name model ctx <<< "$v"
-    out=$EXP/context/ppl_dev_other.$name.txt
-    [ -s "$out" ] && continue
-    "$RESCORER" -q ppl --lm "torch:$model" --text "$refs" --text-format trn \
-      ${ctx:+--context "$ctx"} > "$out.tmp" && mv "$out.tmp" "$out"
-  done
+  score_pair "$SCORED_CTX" first_pass "$CTX_K" previous "nb=torch:$CTX_BASE" \
+    "ctx=torch:$CTX_MODEL" "ctx0=torch:$CTX_MODEL"
+  reference_ppls "" torch "$CTX_BASE" "$CTX_MODEL" first_pass references "$CTX_K" previous
 fi
 
 # Cache rows (CTX=1): the twin (`nbk`) and the 4-gram (`4gk`), each interpolated with a unigram
@@ -261,39 +274,10 @@ if run_stage 4 && [ "$CUE" = 1 ]; then
   for m in "$CUE_MODEL" "$CUE_BASE"; do
     [ -s "$m/model.safetensors" ] || { log "CUE=1: no checkpoint at $m"; exit 1; }
   done
-  mkdir -p "$EXP/context" "$SCORED_CUE"
-  for set in $SETS; do
-    prev=$EXP/context/$set.prev$CUE_K.jsonl
-    [ -s "$prev" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CUE_K" \
-      --field prev --out "$prev"
-    out=$SCORED_CUE/$set.jsonl
-    [ -s "$out" ] && continue
-    log "stage 4: scoring $set with the CUE model and its control"
-    timed "score_cue_$set" "$RESCORER" -q score --nbest "$SCORED/$set.jsonl" \
-      --lm "cun=cue:$CUE_BASE" --lm "cu=cue:$CUE_MODEL" --context "$prev" \
-      --out "$SCORED_CUE/$set.given.jsonl" 2> "$SCORED_CUE/$set.log"
-    timed "score_cu0_$set" "$RESCORER" -q score --nbest "$SCORED_CUE/$set.given.jsonl" \
-      --lm "cu0=cue:$CUE_MODEL" --out "$out" 2>> "$SCORED_CUE/$set.log"
-    rm "$SCORED_CUE/$set.given.jsonl"
-  done
-  # Perplexity of the dev_other references: the control; the CUE model with no context, with
-  # the first-pass previous utterance and with the references' own (the upper bound).
-  refs=$NBEST/dev_other/references/ref_wer.trn
-  ref_text=$EXP/context/dev_other.ref_text
-  [ -s "$ref_text" ] || "$PY" -c 'import sys; from rescorer.refs import read_references
-for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs" > "$ref_text"
-  ref_prev=$EXP/context/dev_other.prev$CUE_K.references.jsonl
-  [ -s "$ref_prev" ] || "$RESCORER" -q context build --nbest "$NBEST/dev_other" \
-    --previous "$CUE_K" --field prev --from "$ref_text" --out "$ref_prev"
-  for v in "cue_control|$CUE_BASE|" "cue_none|$CUE_MODEL|" \
-    "cue_first_pass|$CUE_MODEL|$EXP/context/dev_other.prev$CUE_K.jsonl" \
-    "cue_references|$CUE_MODEL|$ref_prev"; do
-    IFS='|' read -r name model ctx <<< "$v"
-    out=$EXP/context/ppl_dev_other.$name.txt
-    [ -s "$out" ] && continue
-    "$RESCORER" -q ppl --lm "cue:$model" --text "$refs" --text-format trn \
-      ${ctx:+--context "$ctx"} > "$out.tmp" && mv "$out.tmp" "$out"
-  done
+  score_pair "$SCORED_CUE" "prev$CUE_K" "$CUE_K" prev "cun=cue:$CUE_BASE" "cu=cue:$CUE_MODEL" \
+    "cu0=cue:$CUE_MODEL"
+  reference_ppls cue_ cue "$CUE_BASE" "$CUE_MODEL" "prev$CUE_K" "prev$CUE_K.references" \
+    "$CUE_K" prev
 fi
 
 # system name | features tuned on dev_clean | length weight | scored lists (default $SCORED)

@@ -104,22 +104,9 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
     run("bash", str(RECIPE / "run.sh"), "--stage", "4", CTX="1",
         CTX_MODEL=str(models["previous"]), CTX_BASE=str(models["word"]))  # fmt: skip
 
-    # the context LM scored with the previous utterances (ctx) and without (ctx0): the same
-    # score where an utterance has none (a chapter's first), another where it has them
-    for name in ("dev_clean", "dev_other"):
-        same = differ = 0
-        for line in (exp / "scored_ctx" / f"{name}.jsonl").read_text().splitlines():
-            utt = json.loads(line)
-            for hyp in utt["hyps"]:
-                s = hyp["scores"]
-                assert {"nb", "nb_oov", "ctx", "ctx_oov", "ctx0", "ctx0_oov"} <= set(s)
-                if utt["utt"] in first[name]:
-                    assert s["ctx"] == pytest.approx(s["ctx0"], abs=1e-4)
-                    same += 1
-                else:
-                    differ += abs(s["ctx"] - s["ctx0"]) > 1e-3
-        assert same and differ
-        assert not (exp / "scored_ctx" / f"{name}.given.jsonl").exists()
+    # the context LM scored with the previous utterances (ctx) and without (ctx0)
+    check_given_and_withheld(exp / "scored_ctx", first, "ctx", "ctx0",
+                             {"nb", "nb_oov", "ctx", "ctx_oov", "ctx0", "ctx0_oov"})  # fmt: skip
     text = results.read_text()
     for row in ("3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"):
         assert f"\n| {row} | " in text, row
@@ -145,20 +132,9 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
     run("bash", str(RECIPE / "run.sh"), "--stage", "4", CTX="1", CUE="1",
         CTX_MODEL=str(models["previous"]), CTX_BASE=str(models["word"]),
         CUE_MODEL=str(cue["prev"]), CUE_BASE=str(cue["none"]))  # fmt: skip
+    check_given_and_withheld(exp / "scored_cue", first, "cu", "cu0", {"cun", "cu", "cu0"})
+    assert "cu_oov" not in (exp / "scored_cue" / "dev_other.jsonl").read_text()  # subword
     prev = read_contexts(exp / "context" / "dev_other.prev1.jsonl")
-    for name in ("dev_clean", "dev_other"):
-        same = differ = 0
-        for line in (exp / "scored_cue" / f"{name}.jsonl").read_text().splitlines():
-            utt = json.loads(line)
-            for hyp in utt["hyps"]:
-                s = hyp["scores"]
-                assert {"cun", "cu", "cu0"} <= set(s) and "cu_oov" not in s  # subword: no OOV
-                if utt["utt"] in first[name]:
-                    assert s["cu"] == pytest.approx(s["cu0"], abs=1e-4)
-                    same += 1
-                else:
-                    differ += abs(s["cu"] - s["cu0"]) > 1e-3
-        assert same and differ
     # one earlier utterance, as the field the model reads
     assert all(set(r) >= {"prev"} and "\n" not in r["prev"] for r in prev.values() if "prev" in r)
     text = results.read_text()
@@ -168,6 +144,28 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
         assert f"### {pair}\n" in text, pair
     assert "the CUE model, the previous utterance from the references (upper bound)" in text
     assert "context: the previous sentence as a `hash:16` vector" in text
+
+
+def check_given_and_withheld(
+    scored: Path, first: dict[str, set[str]], given: str, withheld: str, columns: set[str]
+) -> None:
+    """A context model scored with the previous utterances (``given``) and without
+    (``withheld``): the same score where an utterance has none (a chapter's first, ``first``),
+    another where it has them; every hypothesis has ``columns``."""
+    for name in ("dev_clean", "dev_other"):
+        same = differ = 0
+        for line in (scored / f"{name}.jsonl").read_text().splitlines():
+            utt = json.loads(line)
+            for hyp in utt["hyps"]:
+                s = hyp["scores"]
+                assert columns <= set(s)
+                if utt["utt"] in first[name]:
+                    assert s[given] == pytest.approx(s[withheld], abs=1e-4)
+                    same += 1
+                else:
+                    differ += abs(s[given] - s[withheld]) > 1e-3
+        assert same and differ
+        assert not (scored / f"{name}.given.jsonl").exists()
 
 
 def tiny_cue_pair(books: Path, out: Path) -> dict[str, Path]:

@@ -132,7 +132,7 @@ PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("cache_references", "the twin with a cache of the chapter's earlier references (upper bound)"),
 ]
 CUE_PPL_VARIANTS = [
-    ("cue_control", "the CUE control (trained with no context)"),
+    ("cue_twin", "the CUE control (trained with no context)"),
     ("cue_none", "the CUE model, no context given"),
     ("cue_first_pass", "the CUE model, the previous utterance from the first-pass 1-best"),
     ("cue_references", "the CUE model, the previous utterance from the references (upper bound)"),
