@@ -36,7 +36,7 @@
 # defaults exp/cue/runs/t3_{prev,none}/model, which stage 3 trains with CUE_CONF,
 # conf/cue_cpu.json, through recipes/cue_brown/local/cue_brown.py when they are missing: about
 # 1.5 h on two cores), CUE_K (previous utterances of the same chapter in its context, 1: the
-# model was trained with one). RESULTS (the
+# model was trained with one). TITLE (the first line of that table). RESULTS (the
 # table stage 7 writes, default RESULTS.md here, whose copy goes into README.md; elsewhere,
 # the README is left alone).
 set -euo pipefail
@@ -68,6 +68,7 @@ CUE_MODEL=${CUE_MODEL:-$EXP/cue/runs/t3_prev/model}
 CUE_BASE=${CUE_BASE:-$EXP/cue/runs/t3_none/model}
 CUE_K=${CUE_K:-1}
 RESULTS=${RESULTS:-$HERE/RESULTS.md}
+TITLE=${TITLE:-LibriSpeech N-best rescoring: results}
 source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
 [ -d "$(dirname "$RESULTS")" ] || { log "RESULTS=$RESULTS: no folder $(dirname "$RESULTS")"; exit 2; }
 
@@ -401,5 +402,6 @@ if run_stage 7; then
     $([ "$CTX" = 1 ] && echo --context) $([ "$CUE" = 1 ] && echo --cue) \
     --cue-model "$CUE_MODEL" --cue-base "$CUE_BASE" \
     --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS"
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS CUE=$CUE$([ "$CUE" = 1 ] && echo " CUE_CONF=$(realpath --relative-to="$HERE" "$CUE_CONF") CUE_MODEL=$(realpath --relative-to="$HERE" "$CUE_MODEL") CUE_BASE=$(realpath --relative-to="$HERE" "$CUE_BASE") CUE_K=$CUE_K")" \
+    --title "$TITLE"
 fi
