@@ -280,6 +280,24 @@ if run_stage 4 && [ "$CUE" = 1 ]; then
   reference_ppls cue_ cue "$CUE_BASE" "$CUE_MODEL" "prev$CUE_K" "prev$CUE_K.references" \
     "$CUE_K" prev
 fi
+# The CUE lists again with the 4-gram's cache (`4gk`, as in row 3G; rows 4G, 4UG): do the CUE
+# model's context and the cache add up?
+SCORED_CUEG=${SCORED}_cueg
+if run_stage 4 && [ "$CUE" = 1 ]; then
+  mkdir -p "$SCORED_CUEG"
+  write_cache "$EXP/context/cache_4gram.json" "4gram=kenlm:$LM"
+  for set in $SETS; do
+    cache=$EXP/context/$set.cache.jsonl
+    [ -s "$cache" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CACHE_K" \
+      --out "$cache"
+    out=$SCORED_CUEG/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the 4-gram's cache beside the CUE columns"
+    timed "score_cueg_$set" "$RESCORER" -q score --nbest "$SCORED_CUE/$set.jsonl" \
+      --lm "4gk=cache:$EXP/context/cache_4gram.json" --context "$cache" --out "$out" \
+      2> "$SCORED_CUEG/$set.log"
+  done
+fi
 
 # system name | features tuned on dev_clean | length weight | scored lists (default $SCORED)
 # ("our 4-gram" is two features: its log-probability `4gram` and its OOV count `4gram_oov`;
@@ -328,6 +346,8 @@ if [ "$CUE" = 1 ]; then
     "4UN_all_cue_nocontext|decoder,ctc,lm,4gram,4gram_oov,cun|--length|$SCORED_CUE"
     "4U0_all_cue_context_withheld|decoder,ctc,lm,4gram,4gram_oov,cu0|--length|$SCORED_CUE"
     "4U_all_cue_previous|decoder,ctc,lm,4gram,4gram_oov,cu|--length|$SCORED_CUE"
+    "4G_all_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,4gk|--length|$SCORED_CUEG"
+    "4UG_all_cue_previous_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,cu,4gk|--length|$SCORED_CUEG"
   )
 fi
 

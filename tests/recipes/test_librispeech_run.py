@@ -138,9 +138,14 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
     # one earlier utterance, as the field the model reads
     assert all(set(r) >= {"prev"} and "\n" not in r["prev"] for r in prev.values() if "prev" in r)
     text = results.read_text()
-    for row in ("3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2", "3C", "4CK"):
+    for row in ("3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2", "4G", "4UG", "3C", "4CK"):
         assert f"\n| {row} | " in text, row
-    for pair in ("row 3U vs row 3U0", "row 4U vs row 4UN", "row 4U2 vs row 4U"):
+    for pair in (
+        "row 3U vs row 3U0",
+        "row 4U vs row 4UN",
+        "row 4U2 vs row 4U",
+        "row 4UG vs row 4G",
+    ):
         assert f"### {pair}\n" in text, pair
     assert "the CUE model, the previous utterance from the references (upper bound)" in text
     assert "context: the previous sentence as a `hash:16` vector" in text

@@ -87,6 +87,12 @@ SYSTEMS = [
         "  4U, second pass: context from 4U's 1-best of the previous utterance (4U's weights)",
         "4U2_all_cue_second_pass",
     ),
+    ("4G", "all + our 4-gram with a cache of the previous utterances", "4G_all_4gram_cache"),
+    (
+        "4UG",
+        "all + our CUE (previous utterance) + our 4-gram with a cache of them",
+        "4UG_all_cue_previous_4gram_cache",
+    ),
 ]
 # The rows of issue 16 (run.sh with CTX=1): in the table only with --context, since their
 # folders outlive a later run without it (and its models may be others by then).
@@ -94,7 +100,7 @@ CONTEXT_ROWS = frozenset(
     {"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"}
 )
 # The CUE rows (run.sh with CUE=1), in the table only with --cue.
-CUE_ROWS = frozenset({"3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2"})
+CUE_ROWS = frozenset({"3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2", "4G", "4UG"})
 COMPARISONS = [
     ("2", "3"),
     ("2", "3a"),
@@ -122,6 +128,10 @@ COMPARISONS = [
     ("4UN", "4U"),
     ("4U0", "4U"),
     ("4U", "4U2"),
+    ("4", "4G"),
+    ("4G", "4UG"),
+    ("4U", "4UG"),
+    ("4UN", "4UG"),
 ]
 PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("twin", "the twin LM (no context)"),
@@ -352,6 +362,14 @@ def cue_lines(exp: Path, cue_model: Path, cue_base: Path) -> list[str]:
                 f"perplexity per word on held-out book blocks {result['test_ppl']:.1f}."
             )
         lines.append(line)
+    cache_file = exp / "context" / "cache_4gram.json"
+    if (exp / "4UG_all_cue_previous_4gram_cache").is_dir() and cache_file.exists():
+        cs = CacheSpec.load(cache_file)
+        lines.append(
+            f"- Rows 4G, 4UG: the 4-gram beside its cached form (`4gk`, as in row 3G), "
+            f"interpolated word by word with a unigram cache of the words of at least "
+            f"{cs.min_chars} letters in the chapter's earlier first-pass 1-best, l = {cs.lam:g}."
+        )
     return lines + ppl_table(exp, CUE_PPL_VARIANTS)
 
 
