@@ -148,6 +148,27 @@ if run_stage 4; then
   done
 fi
 
+# score_context DIR FROM TAG STEM BUILD_ARGS.. -- NAME=SPEC..: for each set, the context file
+# EXP/context/SET.STEM.jsonl (`context build --nbest SET BUILD_ARGS`, when missing) and the
+# lists FROM/SET.jsonl scored with the LMs given it, into DIR/SET.jsonl (skipped when there).
+score_context() {
+  local dir=$1 from=$2 tag=$3 stem=$4 set ctx out spec build=() lms=()
+  shift 4
+  while [ "$1" != "--" ]; do build+=("$1"); shift; done
+  shift
+  for spec in "$@"; do lms+=(--lm "$spec"); done
+  mkdir -p "$EXP/context" "$dir"
+  for set in $SETS; do
+    ctx=$EXP/context/$set.$stem.jsonl
+    [ -s "$ctx" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" "${build[@]}" --out "$ctx"
+    out=$dir/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with ${*%%=*} given its $stem context"
+    timed "score_${tag}_$set" "$RESCORER" -q score --nbest "$from/$set.jsonl" "${lms[@]}" \
+      --context "$ctx" --out "$out" 2> "$dir/$set.log"
+  done
+}
+
 # score_pair DIR CTX_FILE_STEM K FIELD BASE=SPEC MODEL=SPEC MODEL0=SPEC: for each set, the
 # context file EXP/context/SET.STEM.jsonl (the first-pass 1-best of the K previous utterances
 # of the chapter as FIELD), the lists scored with BASE (a model without context) and MODEL
@@ -218,20 +239,10 @@ CacheSpec(sys.argv[2], float(sys.argv[3]), sys.argv[5], int(sys.argv[4])).save(s
     "$1" "$2" "$CACHE_LAMBDA" "$CACHE_MIN_CHARS" "${3:-previous}"
 }
 if run_stage 4 && [ "$CTX" = 1 ]; then
-  mkdir -p "$SCORED_CACHE"
   write_cache "$EXP/context/cache_nb.json" "nb=torch:$(realpath "$CTX_BASE")"
   write_cache "$EXP/context/cache_4gram.json" "4gram=kenlm:$LM"
-  for set in $SETS; do
-    cache=$EXP/context/$set.cache.jsonl
-    [ -s "$cache" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CACHE_K" \
-      --out "$cache"
-    out=$SCORED_CACHE/$set.jsonl
-    [ -s "$out" ] && continue
-    log "stage 4: scoring $set with the twin and the 4-gram, each with a cache"
-    timed "score_cache_$set" "$RESCORER" -q score --nbest "$SCORED_CTX/$set.jsonl" \
-      --lm "nbk=cache:$EXP/context/cache_nb.json" --lm "4gk=cache:$EXP/context/cache_4gram.json" \
-      --context "$cache" --out "$out" 2> "$SCORED_CACHE/$set.log"
-  done
+  score_context "$SCORED_CACHE" "$SCORED_CTX" cache cache --previous "$CACHE_K" -- \
+    "nbk=cache:$EXP/context/cache_nb.json" "4gk=cache:$EXP/context/cache_4gram.json"
   # Perplexity of the dev_other references with the twin's cache: filled from the first-pass
   # 1-best, and from the references (the upper bound).
   ref_cache=$EXP/context/dev_other.cache_references.jsonl
@@ -252,19 +263,9 @@ fi
 # `cache` (the chapter so far, CACHE_K, the cache's: `context build --cache`).
 SCORED_BOTH=${SCORED}_both
 if run_stage 4 && [ "$CTX" = 1 ]; then
-  mkdir -p "$SCORED_BOTH"
   write_cache "$EXP/context/cache_ctx.json" "ctx=torch:$(realpath "$CTX_MODEL")" cache
-  for set in $SETS; do
-    both=$EXP/context/$set.both.jsonl
-    [ -s "$both" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CTX_K" \
-      --cache "$CACHE_K" --out "$both"
-    out=$SCORED_BOTH/$set.jsonl
-    [ -s "$out" ] && continue
-    log "stage 4: scoring $set with the context LM and its cache"
-    timed "score_both_$set" "$RESCORER" -q score --nbest "$SCORED_CACHE/$set.jsonl" \
-      --lm "ctxk=cache:$EXP/context/cache_ctx.json" --context "$both" --out "$out" \
-      2> "$SCORED_BOTH/$set.log"
-  done
+  score_context "$SCORED_BOTH" "$SCORED_CACHE" both both --previous "$CTX_K" --cache "$CACHE_K" \
+    -- "ctxk=cache:$EXP/context/cache_ctx.json"
 fi
 
 # CUE rows (CUE=1): the control decoder (`cun`), the CUE model given each utterance's previous
@@ -284,19 +285,9 @@ fi
 # model's context and the cache add up?
 SCORED_CUEG=${SCORED}_cueg
 if run_stage 4 && [ "$CUE" = 1 ]; then
-  mkdir -p "$SCORED_CUEG"
   write_cache "$EXP/context/cache_4gram.json" "4gram=kenlm:$LM"
-  for set in $SETS; do
-    cache=$EXP/context/$set.cache.jsonl
-    [ -s "$cache" ] || "$RESCORER" -q context build --nbest "$NBEST/$set" --previous "$CACHE_K" \
-      --out "$cache"
-    out=$SCORED_CUEG/$set.jsonl
-    [ -s "$out" ] && continue
-    log "stage 4: scoring $set with the 4-gram's cache beside the CUE columns"
-    timed "score_cueg_$set" "$RESCORER" -q score --nbest "$SCORED_CUE/$set.jsonl" \
-      --lm "4gk=cache:$EXP/context/cache_4gram.json" --context "$cache" --out "$out" \
-      2> "$SCORED_CUEG/$set.log"
-  done
+  score_context "$SCORED_CUEG" "$SCORED_CUE" cueg cache --previous "$CACHE_K" -- \
+    "4gk=cache:$EXP/context/cache_4gram.json"
 fi
 
 # system name | features tuned on dev_clean | length weight | scored lists (default $SCORED)
