@@ -352,6 +352,29 @@ def test_plain_text_books_cut_into_blocks_split_by_book_with_the_previous_senten
         assert set(r["fields"]) == {"document", "prev"}
     kept, n_kept = drv.corpus_rows({**dc, "blocks": 4}, tmp_path)
     assert sum(n_kept) == 4
+    # an empty file, or books shorter than a block: one line naming the setting
+    for text, books in (("", 0), ("A B\nC D\n\nE F\n", 2)):
+        books_file = tmp_path / "short.txt"
+        books_file.write_text(text)
+        with pytest.raises(drv.SettingError, match=f"at least 3 sentences .*: {books} book"):
+            drv.corpus_rows({**dc, "path": str(books_file), "block_sentences": 3}, tmp_path)
+
+
+def test_a_plain_corpus_not_in_utf8_is_one_line_exit_2(tmp_path, capsys):
+    drv = load_local("cue_brown")
+    books = tmp_path / "books.txt"
+    books.write_bytes(b"\xff\xfe\x00bad\n")
+    conf = json.loads((REPO / "recipes/librispeech_nbest/conf/cue_cpu.json").read_text())
+    conf["data"]["path"] = str(books)
+    (tmp_path / "conf.json").write_text(json.dumps(conf))
+    with pytest.raises(SystemExit) as exit_info:
+        drv.main(["prepare", str(tmp_path / "conf.json"), str(tmp_path / "exp"), str(tmp_path)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        err.strip().splitlines()[-1].startswith(f"cue_brown.py: error: {books}:1: not UTF-8 text")
+    )
+    assert "Traceback" not in err
 
 
 def test_results_describe_the_novels(tmp_path):

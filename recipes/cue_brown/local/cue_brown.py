@@ -107,6 +107,7 @@ from lm_models.cue.train import (
 from lm_models.text_encoders import VectorCache, make_embedder
 from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from lm_models.vocab import Vocabulary
+from rescorer.core.errors import FileError
 
 logger = logging.getLogger("cue_brown")
 
@@ -160,17 +161,7 @@ def corpus_rows(dc: dict, data_dir: Path) -> tuple[dict[str, list[dict]], list[i
             }
 
     elif corpus == "novels":
-        size, keep = dc.get("block_sentences", 50), dc.get("blocks")
-        if not isinstance(size, int) or size < 1 or not (keep is None or isinstance(keep, int)):
-            raise SettingError(
-                "data.block_sentences must be a positive sentence count and data.blocks a "
-                f"block count or null, got {size!r} and {keep!r}"
-            )
-        books = read_novels(data_dir / "corpora" / "gutenberg", lower=True)
-        blocks = chunk_documents(books, size, drop_last=True)
-        if keep is not None and keep < len(blocks):
-            picked = set(random.Random(dc["split_seed"]).sample(range(len(blocks)), keep))
-            blocks = [b for i, b in enumerate(blocks) if i in picked]
+        blocks = book_blocks(read_novels(data_dir / "corpora" / "gutenberg", lower=True), dc)
         splits = split_documents(blocks, tuple(dc["split"]), "title", dc["split_seed"])
 
         def metadata(doc: Any) -> dict[str, str]:
@@ -181,24 +172,19 @@ def corpus_rows(dc: dict, data_dir: Path) -> tuple[dict[str, list[dict]], list[i
             }
 
     elif corpus == "plain":
-        path, size = dc.get("path"), dc.get("block_sentences", 50)
+        path = dc.get("path")
         if not isinstance(path, str) or not Path(path).is_file():
             raise SettingError(
                 "data.path must name a plain-text file (one sentence per line, a blank line "
                 f"between books) for corpus 'plain', got {path!r}"
             )
-        if not isinstance(size, int) or size < 1:
-            raise SettingError(f"data.block_sentences must be a positive count, got {size!r}")
         books = [
             Document(b.doc_id, b.sentences, {"book": b.doc_id})
             for b in read_plain(path, per="block")
         ]
-        blocks = chunk_documents(books, size, drop_last=True)
-        keep = dc.get("blocks")
-        if keep is not None and keep < len(blocks):
-            picked = set(random.Random(dc["split_seed"]).sample(range(len(blocks)), keep))
-            blocks = [b for i, b in enumerate(blocks) if i in picked]
-        splits = split_documents(blocks, tuple(dc["split"]), "book", dc["split_seed"])
+        splits = split_documents(
+            book_blocks(books, dc), tuple(dc["split"]), "book", dc["split_seed"]
+        )
 
         def metadata(doc: Any) -> dict[str, str]:
             return {"document": doc.doc_id.lower()}
@@ -210,6 +196,27 @@ def corpus_rows(dc: dict, data_dir: Path) -> tuple[dict[str, list[dict]], list[i
         for name, part in zip(("train", "dev", "test"), splits, strict=True)
     }
     return rows, [len(part) for part in splits]
+
+
+def book_blocks(books: Sequence[Any], dc: dict) -> list[Any]:
+    """``books`` cut into blocks of ``data.block_sentences`` consecutive sentences (a book's
+    last, shorter block dropped), ``data.blocks`` of them kept at random (null: all)."""
+    size, keep = dc.get("block_sentences", 50), dc.get("blocks")
+    if not isinstance(size, int) or size < 1 or not (keep is None or isinstance(keep, int)):
+        raise SettingError(
+            "data.block_sentences must be a positive sentence count and data.blocks a "
+            f"block count or null, got {size!r} and {keep!r}"
+        )
+    blocks = chunk_documents(books, size, drop_last=True)
+    if not blocks:
+        raise SettingError(
+            f"no book of at least {size} sentences (data.block_sentences) to cut blocks from: "
+            f"{len(books)} book(s) read"
+        )
+    if keep is not None and keep < len(blocks):
+        picked = set(random.Random(dc["split_seed"]).sample(range(len(blocks)), keep))
+        blocks = [b for i, b in enumerate(blocks) if i in picked]
+    return blocks
 
 
 def prepare(conf: dict, exp: Path, data_dir: Path) -> None:
@@ -1096,7 +1103,7 @@ def main(argv: list[str] | None = None) -> None:
     only = frozenset(n for n in args.only.split(",") if n) if args.only else None
     try:
         run_stage(args.stage, conf, args.exp, args.data_dir, only)
-    except SettingError as err:
+    except (SettingError, FileError) as err:  # a bad setting, or a bad or missing input file
         print(f"cue_brown.py: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 
