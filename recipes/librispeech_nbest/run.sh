@@ -326,6 +326,9 @@ if [ "$CTX" = 1 ]; then
     "4K_all_cache|decoder,ctc,lm,4gram,4gram_oov,$NB,nbk|--length|$SCORED_CACHE"
     "3CK_lstm_previous_cache|decoder,ctc,$CF,ctxk|--no-length|$SCORED_BOTH"
     "4CK_all_previous_cache|decoder,ctc,lm,4gram,4gram_oov,$CF,ctxk|--length|$SCORED_BOTH"
+    "4G_all_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,4gk|--length|$SCORED_CACHE"
+    "4NG_all_nocontext_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,$NB,4gk|--length|$SCORED_CACHE"
+    "4CG_all_previous_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,$CF,4gk|--length|$SCORED_CACHE"
   )
 fi
 
@@ -337,9 +340,11 @@ if [ "$CUE" = 1 ]; then
     "4UN_all_cue_nocontext|decoder,ctc,lm,4gram,4gram_oov,cun|--length|$SCORED_CUE"
     "4U0_all_cue_context_withheld|decoder,ctc,lm,4gram,4gram_oov,cu0|--length|$SCORED_CUE"
     "4U_all_cue_previous|decoder,ctc,lm,4gram,4gram_oov,cu|--length|$SCORED_CUE"
-    "4G_all_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,4gk|--length|$SCORED_CUEG"
     "4UG_all_cue_previous_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,cu,4gk|--length|$SCORED_CUEG"
   )
+  # row 4G (the 4-gram's cache alone) once: with CTX=1 it is there already, the same features
+  [ "$CTX" = 1 ] ||
+    SYSTEMS+=("4G_all_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,4gk|--length|$SCORED_CUEG")
 fi
 
 if run_stage 5; then

@@ -65,6 +65,18 @@ def test_context_rows_are_those_of_the_context_run_only() -> None:
         assert any(w in folders[key] for w in ("context", "previous", "cache")), key
 
 
+def test_row_4g_shows_with_either_context_flag_and_the_others_with_their_own() -> None:
+    m = results_module()
+    shown = {
+        flags: {key for key, _, _ in m.SYSTEMS if m.row_shown(key, *flags)}
+        for flags in ((False, False), (True, False), (False, True), (True, True))
+    }
+    assert {"3L", "4"} <= shown[(False, False)] and not {"4G", "4CG", "4UG"} & shown[(False, False)]
+    assert {"4G", "4NG", "4CG"} <= shown[(True, False)] and "4UG" not in shown[(True, False)]
+    assert {"4G", "4UG"} <= shown[(False, True)] and "4CG" not in shown[(False, True)]
+    assert shown[(True, True)] == shown[(True, False)] | shown[(False, True)]
+
+
 def test_wall_time_counts_a_stage_run_again_once_with_its_latest_time(tmp_path) -> None:
     (tmp_path / "times.tsv").write_text("ngram\t30\nscore_ctx\t80\ntune\t5\nscore_ctx\t300\n")
     got = results_module().wall_time(tmp_path)

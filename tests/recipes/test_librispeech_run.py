@@ -108,7 +108,8 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
     check_given_and_withheld(exp / "scored_ctx", first, "ctx", "ctx0",
                              {"nb", "nb_oov", "ctx", "ctx_oov", "ctx0", "ctx0_oov"})  # fmt: skip
     text = results.read_text()
-    for row in ("3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"):
+    rows = ("3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK")
+    for row in (*rows, "4G", "4NG", "4CG"):
         assert f"\n| {row} | " in text, row
     # the context LM under a cache reads `previous` itself and the chapter so far as `cache`
     both = read_contexts(exp / "context" / "dev_other.both.jsonl")
@@ -120,6 +121,7 @@ def test_context_rows_end_to_end(tmp_path: Path, data_dir: Path, espnet_dir: Pat
         "row 4C vs row 4C0",
         "row 3C vs row 3N",
         "row 3CK vs row 3C0",
+        "row 4CG vs row 4NG",
     ):
         assert f"### {pair}\n" in text, pair
     assert "the context LM, previous utterances from the references (upper bound)" in text

@@ -68,6 +68,17 @@ SYSTEMS = [
         "3CK_lstm_previous_cache",
     ),
     ("4CK", "all + our LSTM (previous utterances) with a cache of them", "4CK_all_previous_cache"),
+    ("4G", "all + our 4-gram with a cache of the previous utterances", "4G_all_4gram_cache"),
+    (
+        "4NG",
+        "all + our LSTM (no context) + our 4-gram with a cache of the previous utterances",
+        "4NG_all_nocontext_4gram_cache",
+    ),
+    (
+        "4CG",
+        "all + our LSTM (previous utterances) + our 4-gram with a cache of them",
+        "4CG_all_previous_4gram_cache",
+    ),
     ("3UN", "decoder + ctc + our CUE control (trained with no context)", "3UN_cue_nocontext"),
     (
         "3U0",
@@ -87,7 +98,6 @@ SYSTEMS = [
         "  4U, second pass: context from 4U's 1-best of the previous utterance (4U's weights)",
         "4U2_all_cue_second_pass",
     ),
-    ("4G", "all + our 4-gram with a cache of the previous utterances", "4G_all_4gram_cache"),
     (
         "4UG",
         "all + our CUE (previous utterance) + our 4-gram with a cache of them",
@@ -98,9 +108,20 @@ SYSTEMS = [
 # folders outlive a later run without it (and its models may be others by then).
 CONTEXT_ROWS = frozenset(
     {"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"}
+    | {"4G", "4NG", "4CG"}
 )
-# The CUE rows (run.sh with CUE=1), in the table only with --cue.
+# The CUE rows (run.sh with CUE=1), in the table only with --cue. Row 4G (the 4-gram's cache,
+# no neural LM) belongs to both: either flag shows it.
 CUE_ROWS = frozenset({"3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2", "4G", "4UG"})
+
+
+def row_shown(key: str, context: bool, cue: bool) -> bool:
+    """Whether row ``key`` goes in a table written with (or without) --context and --cue."""
+    if key not in CONTEXT_ROWS and key not in CUE_ROWS:
+        return True
+    return (context and key in CONTEXT_ROWS) or (cue and key in CUE_ROWS)
+
+
 COMPARISONS = [
     ("2", "3"),
     ("2", "3a"),
@@ -122,13 +143,17 @@ COMPARISONS = [
     ("3C0", "3CK"),
     ("4C0", "4CK"),
     ("4K", "4CK"),
+    ("4", "4G"),
+    ("4N", "4NG"),
+    ("4NG", "4CG"),
+    ("4N", "4CG"),
+    ("4G", "4CG"),
     ("3UN", "3U"),
     ("3U0", "3U"),
     ("4", "4UN"),
     ("4UN", "4U"),
     ("4U0", "4U"),
     ("4U", "4U2"),
-    ("4", "4G"),
     ("4G", "4UG"),
     ("4U", "4UG"),
     ("4UN", "4UG"),
@@ -538,8 +563,7 @@ def main() -> None:
         x
         for x in SYSTEMS
         if (x[2] is None or (args.exp / x[2] / "dev_other").is_dir())
-        and (args.context or x[0] not in CONTEXT_ROWS)
-        and (args.cue or x[0] not in CUE_ROWS)
+        and row_shown(x[0], args.context, args.cue)
     ]
     keys = {x[0] for x in systems}
     comparisons = [(a, b) for a, b in COMPARISONS if a in keys and b in keys]
