@@ -350,9 +350,19 @@ class TrainResult:
 
 
 def train(
-    cfg: TrainConfig, data_dir: Path, out_dir: Path, resume: bool = True, progress: bool = True
+    cfg: TrainConfig,
+    data_dir: Path,
+    out_dir: Path,
+    resume: bool = True,
+    progress: bool = True,
+    init: Path | None = None,
 ) -> TrainResult:
-    """Train per ``cfg``; checkpoints under ``out_dir`` (``best/``, ``last/``)."""
+    """Train per ``cfg``; checkpoints under ``out_dir`` (``best/``, ``last/``).
+
+    ``init``: a checkpoint folder whose weights a new run starts from (fine-tuning, or a
+    history model warm-started from its twin): the config's architecture and the data's units
+    must be the checkpoint's; the optimizer, epoch count and best dev perplexity start afresh.
+    A run that resumes from ``out_dir/last`` ignores it."""
     opts = cfg.train
     device = process_device(opts.device)
     world = init_world(device)  # under torchrun: fit trains data-parallel (lm_models.distributed)
@@ -364,8 +374,12 @@ def train(
         clean_stale(folder)
     resuming = resume and (last / "trainer.json").exists()
     # A resumed subword run keeps its tokenizer (the vocabulary's units must not change).
+    init = None if resuming else init
+    units_from = last if resuming else init  # where a subword run's tokenizer comes from
     kept_tokenizer = (
-        SubwordTokenizer.load(last) if resuming and SubwordTokenizer.present(last) else None
+        SubwordTokenizer.load(units_from)
+        if units_from is not None and SubwordTokenizer.present(units_from)
+        else None
     )
     data = prepare_data(cfg, data_dir, kept_tokenizer, world)
     extra: dict[str, str | bytes] = (
@@ -373,7 +387,7 @@ def train(
     )
     if data.asr_tokens is not None:  # the token set travels with the checkpoint, for export
         extra[ASR_TOKENS_FILE] = data.asr_tokens.to_text()
-        kept = checkpoint_asr_tokens(last) if resuming else None
+        kept = checkpoint_asr_tokens(units_from) if units_from is not None else None
         if kept is not None:
             kept.check_same(data.asr_tokens)
     pad_id = data.vocab.eos_id
@@ -394,6 +408,8 @@ def train(
         log_expected = torch.log(sampler.probs.clamp(min=1e-12) * opts.sampled_softmax).to(device)
 
     state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
+    if init is not None:
+        start_from(model, Path(init), data.vocab.tokens, device)
     if resuming:
         try:
             prev_model, _, _ = load_checkpoint(last, device=device)
@@ -523,6 +539,37 @@ def train(
     )
 
 
+def start_from(model: ContextLSTM, init: Path, tokens: Sequence[str], device: torch.device) -> None:
+    """Load the weights of checkpoint ``init`` into ``model`` (a new run's start), after
+    checking that both have the same units and the same parameters."""
+    try:
+        prev_model, prev_tokens, _ = load_checkpoint(init, device=device)
+    except (ValueError, OSError) as err:
+        raise ValueError(f"--init {init}: {err}") from None
+    if list(prev_tokens) != list(tokens):
+        diff = next(
+            (i for i, (a, b) in enumerate(zip(prev_tokens, tokens, strict=False)) if a != b),
+            min(len(prev_tokens), len(tokens)),
+        )
+        raise ValueError(
+            f"--init {init}: its vocabulary ({len(prev_tokens)} units) is not this data's "
+            f"({len(tokens)} units; the first difference at id {diff}); fine-tuning needs the "
+            "same units (the same data and vocab settings)"
+        )
+    mine, theirs = model.state_dict(), prev_model.state_dict()
+    if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape for k in mine):
+        differ = sorted(set(mine) ^ set(theirs)) or sorted(
+            k for k in mine if mine[k].shape != theirs[k].shape
+        )
+        raise ValueError(
+            f"--init {init}: its parameters are not the config's model's (they differ in "
+            f"{', '.join(differ[:4])}{' ...' if len(differ) > 4 else ''}); expected the same "
+            "model section (mode, sizes, context variables)"
+        )
+    model.load_state_dict(theirs, strict=True)
+    logger.info("starting from the weights of %s", init)
+
+
 def _fall_back_to_best(
     best: Path, model: ContextLSTM, device: torch.device, err: Exception
 ) -> dict[str, Any]:
@@ -587,6 +634,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--no-resume", action="store_true")
     ap.add_argument(
+        "--init",
+        type=Path,
+        default=None,
+        help="start a new run from this checkpoint's weights (same model section and units)",
+    )
+    ap.add_argument(
         "--train-shards",
         type=Path,
         default=None,
@@ -610,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.out,
         resume=not args.no_resume,
         progress=not args.quiet,
+        init=args.init,
     )
     closed = close_world()  # under torchrun: every process leaves the group together
     logger.info("best dev perplexity %.2f at epoch %d", result.best_dev_ppl, result.best_epoch)

@@ -230,6 +230,16 @@ def ngram_build(
     help="Continue from OUT/last when it exists.",
 )
 @click.option(
+    "--init",
+    "init_dir",
+    type=MODEL_DIR,
+    default=None,
+    help="Start from this checkpoint's weights (fine-tuning; a history model from its twin): "
+    "the config's model section and the data's units must be the checkpoint's (a subword "
+    "checkpoint's tokenizer is kept, as on resuming); a fresh optimizer and epoch count. "
+    "Ignored when resuming from OUT/last.",
+)
+@click.option(
     "--tokens",
     "tokens_path",
     type=EXISTING_FILE,
@@ -259,6 +269,7 @@ def train_cmd(
     out_dir: Path,
     data_dir: Path | None,
     resume: bool,
+    init_dir: Path | None,
     tokens_path: Path | None,
     bpe_model: Path | None,
     train_shards: Path | None,
@@ -276,6 +287,7 @@ def train_cmd(
       rescorer train lm.json --out exp/lm --tokens asr/tokens.txt --bpe-model asr/bpe.model
       rescorer corpus shard train.jsonl shards/ --shards 8
       rescorer train big.json --train-shards shards/ --out models/big
+      rescorer train history.json --init models/word/best --out models/history
     """
     from dataclasses import replace
 
@@ -297,7 +309,9 @@ def train_cmd(
             cfg = with_train_shards(cfg, train_shards)
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
-    result = train(cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet())
+    result = train(
+        cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet(), init=init_dir
+    )
     closed = close_world()  # under torchrun: every process leaves the group together
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "

@@ -3,10 +3,11 @@
 # device's copy of the working tree; .lease/ (ignored by git) holds what the lease needs and
 # makes, and survives between back-to-back calls while the machine stays warm.
 #
-#   bash scripts/lease/device.sh start SECONDS NAME=CONF [NAME=CONF ...]
+#   bash scripts/lease/device.sh start SECONDS NAME=CONF[@INIT] [NAME=CONF[@INIT] ...]
 #       train each CONF (an LSTM config) in the background, detached, as .lease/exp/NAME,
 #       with train.max_seconds = SECONDS (no epoch starts after it; the last one is saved);
-#       a NAME started again on a warm machine resumes from its last epoch, its log appended
+#       a NAME started again on a warm machine resumes from its last epoch, its log appended;
+#       @INIT: a new run starts from that checkpoint's weights (`rescorer train --init`)
 #   bash scripts/lease/device.sh wait SECONDS   until every job has ended or SECONDS passed
 #   bash scripts/lease/device.sh status         each job's last log lines and the GPU
 #   bash scripts/lease/device.sh pack NAME...   best/ of each job in fp16, cut into parts
@@ -39,7 +40,8 @@ start)
   seconds=$2; shift 2
   unpack_data
   for job in "$@"; do
-    name=${job%%=*}; conf=${job#*=}
+    name=${job%%=*}; conf=${job#*=}; init=
+    if [[ $conf == *@* ]]; then init=${conf#*@}; conf=${conf%%@*}; fi
     "$PY" - "$conf" "$L/run/$name.json" "$seconds" "${LEASE_SMOKE:-0}" "${EPOCHS:-}" <<'PYEOF'
 import json, sys
 src, dst, seconds, smoke = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1"
@@ -59,9 +61,10 @@ if smoke:  # the same data path and kind of model, tiny and short
 json.dump(cfg, open(dst, "w"), indent=1)
 PYEOF
     log=$L/exp/$name.log
-    echo "$(stamp) start $name ($conf, ${seconds}s) -> $log"
+    echo "$(stamp) start $name ($conf${init:+ from $init}, ${seconds}s) -> $log"
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} setsid nohup "$PY" -m rescorer train \
-      "$L/run/$name.json" --data-dir "$L/data" --out "$L/exp/$name" >> "$log" 2>&1 < /dev/null &
+      "$L/run/$name.json" --data-dir "$L/data" --out "$L/exp/$name" ${init:+--init "$init"} \
+      >> "$log" 2>&1 < /dev/null &
     echo $! > "$L/exp/$name.pid"
   done
   ;;

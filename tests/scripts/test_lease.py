@@ -132,3 +132,23 @@ def test_epochs_cap_and_a_resumed_start_appends_to_its_log(tmp_path: Path) -> No
         )
     log = (root / ".lease" / "exp" / "w.log").read_text()
     assert log.count("best dev perplexity") == 2  # both starts' lines, the first kept
+
+
+@pytest.mark.slow  # two trainings, ~20 s
+def test_a_start_with_init_begins_from_that_checkpoint(tmp_path: Path) -> None:
+    root = device_tree(tmp_path, 100, 16)
+    first = sh("bash", "scripts/lease/device.sh", "start", 300, "w=word.json", cwd=root,
+               EPOCHS="2")  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    sh("bash", "scripts/lease/device.sh", "wait", 240, cwd=root)
+    best = root / ".lease" / "exp" / "w" / "best"
+    start = sh("bash", "scripts/lease/device.sh", "start", 300, f"v=word.json@{best}", cwd=root,
+               EPOCHS="1")  # fmt: skip
+    assert start.returncode == 0, start.stderr
+    assert f"from {best}" in start.stdout
+    sh("bash", "scripts/lease/device.sh", "wait", 240, cwd=root)
+    trainer = json.loads((root / ".lease" / "exp" / "v" / "last" / "trainer.json").read_text())
+    assert [e["epoch"] for e in trainer["log"]] == [1]  # a new run: its own epoch count
+    w = json.loads((root / ".lease" / "exp" / "w" / "last" / "trainer.json").read_text())
+    # one epoch on from w's 2: below w's first epoch, which a start from scratch would repeat
+    assert trainer["log"][0]["dev_ppl"] < w["log"][0]["dev_ppl"]

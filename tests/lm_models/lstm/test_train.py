@@ -469,3 +469,33 @@ def test_a_damaged_last_checkpoint_falls_back_to_best(
         (tmp_path / "out" / sub / "model.safetensors").write_bytes(b"x" * 10)
     with pytest.raises(ValueError, match=r"last/ is unreadable .* and best/ too .*--no-resume"):
         train(config(corpus, epochs=5), tmp_path, tmp_path / "out", progress=False)
+
+
+def test_init_starts_a_new_run_from_a_checkpoints_weights(tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    base = train(config(corpus, epochs=6), tmp_path, tmp_path / "a", progress=False)
+    # a learning rate too small to move the weights: epoch 1 reads the dev set as `a` did, where
+    # the same run from scratch reads it as an untrained model does
+    still = config(corpus, epochs=1, lr=1e-9)
+    tuned = train(still, tmp_path, tmp_path / "b", progress=False, init=tmp_path / "a" / "best")
+    fresh = train(still, tmp_path, tmp_path / "f", progress=False)
+    assert [e.epoch for e in tuned.epochs] == [1]  # its own epoch count
+    assert tuned.best_dev_ppl == pytest.approx(base.best_dev_ppl, rel=1e-4)
+    assert base.best_dev_ppl < 11.5 < 13.0 < fresh.best_dev_ppl
+    # another model section, other units: one error each, naming what differs
+    with pytest.raises(ValueError, match=r"--init .*parameters are not the config's model's"):
+        train(config(corpus, "unadapted", epochs=1), tmp_path, tmp_path / "c", progress=False,
+              init=tmp_path / "a" / "best")  # fmt: skip
+    data = {**still.to_json()["data"], "vocab_size": 8}
+    small = TrainConfig.from_json({**still.to_json(), "data": data})
+    with pytest.raises(
+        ValueError, match=r"--init .*vocabulary \(19 units\) is not this data's \(8"
+    ):
+        train(small, tmp_path, tmp_path / "d", progress=False, init=tmp_path / "a" / "best")
+    with pytest.raises(ValueError, match=r"--init .*not a checkpoint folder"):
+        train(still, tmp_path, tmp_path / "e", progress=False, init=tmp_path / "nothing")
+    # a run that resumes from its own last/ ignores --init
+    again = train(config(corpus, epochs=2, lr=1e-9), tmp_path, tmp_path / "b", progress=False,
+                  init=tmp_path / "f" / "best")  # fmt: skip
+    assert [e.epoch for e in again.epochs] == [1, 2]
+    assert again.epochs[1].dev_ppl == pytest.approx(base.best_dev_ppl, rel=1e-4)

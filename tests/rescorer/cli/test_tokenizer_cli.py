@@ -81,6 +81,38 @@ def test_a_config_naming_the_model_trains_over_its_pieces(tmp_path: Path) -> Non
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_init_starts_from_a_checkpoint_and_keeps_its_units(tmp_path: Path) -> None:
+    write_text(tmp_path / "train.txt", 300, seed=1)
+    write_text(tmp_path / "dev.txt", 40, seed=2)
+    for name, seed, size in (("tok.model", 3, 300), ("other.model", 4, 340)):
+        assert run("tokenizer", "train", "--text", write_text(tmp_path / f"{seed}.txt", 400, seed),
+                   "--vocab-size", size, "--out", tmp_path / name).exit_code == 0  # fmt: skip
+    config = {
+        "data": {"corpus": "plain", "path": "train.txt", "dev": "dev.txt",
+                 "tokenizer": {"model": "tok.model"}},
+        "model": {"mode": "unadapted", "embed_dim": 8, "hidden_dim": 8},
+        "train": {"epochs": 1, "batch_tokens": 400, "device": "cpu"},
+    }  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    base = ["train", tmp_path / "c.json", "--data-dir", tmp_path]
+    assert run(*base, "--out", tmp_path / "m").exit_code == 0
+    # a config naming another tokenizer: the run starts from m's weights over m's pieces
+    config["data"]["tokenizer"] = {"model": "other.model"}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    result = run(*base, "--init", tmp_path / "m" / "best", "--out", tmp_path / "m2")
+    assert result.exit_code == 0, result.output
+    for f in ("tokenizer.model", "vocab.txt"):
+        assert (tmp_path / "m2" / "best" / f).read_bytes() == (
+            tmp_path / "m" / "best" / f
+        ).read_bytes()
+    # a folder that is not a checkpoint: one line naming it, exit 2
+    (tmp_path / "empty").mkdir()
+    result = run(*base, "--init", tmp_path / "empty", "--out", tmp_path / "m3")
+    assert result.exit_code == 2
+    assert f"--init {tmp_path / 'empty'}: " in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
