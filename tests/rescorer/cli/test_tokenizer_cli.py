@@ -48,18 +48,23 @@ def test_train_writes_a_model_that_spells_every_word_and_is_reproducible(tmp_pat
     assert (tmp_path / "c").read_bytes() != (tmp_path / "a").read_bytes()
 
 
+def subword_config(model: str) -> dict:
+    """A tiny LSTM config over train.txt and dev.txt, cut by the tokenizer file ``model``."""
+    return {
+        "data": {"corpus": "plain", "path": "train.txt", "dev": "dev.txt",
+                 "tokenizer": {"model": model}},
+        "model": {"mode": "unadapted", "embed_dim": 8, "hidden_dim": 8},
+        "train": {"epochs": 1, "batch_tokens": 400, "device": "cpu"},
+    }  # fmt: skip
+
+
 def test_a_config_naming_the_model_trains_over_its_pieces(tmp_path: Path) -> None:
     write_text(tmp_path / "train.txt", 300, seed=1)
     write_text(tmp_path / "dev.txt", 40, seed=2)
     text = write_text(tmp_path / "other.txt", 400, seed=3)  # the tokenizer's own text
     assert run("tokenizer", "train", "--text", text, "--vocab-size", 300,
                "--out", tmp_path / "tok.model").exit_code == 0  # fmt: skip
-    config = {
-        "data": {"corpus": "plain", "path": "train.txt", "dev": "dev.txt",
-                 "tokenizer": {"model": "tok.model"}},
-        "model": {"mode": "unadapted", "embed_dim": 8, "hidden_dim": 8},
-        "train": {"epochs": 1, "batch_tokens": 400, "device": "cpu"},
-    }  # fmt: skip
+    config = subword_config("tok.model")
     (tmp_path / "c.json").write_text(json.dumps(config))
     args = ["train", tmp_path / "c.json", "--data-dir", tmp_path, "--out", tmp_path / "m"]
     result = run(*args)
@@ -87,12 +92,7 @@ def test_init_starts_from_a_checkpoint_and_keeps_its_units(tmp_path: Path) -> No
     for name, seed, size in (("tok.model", 3, 300), ("other.model", 4, 340)):
         assert run("tokenizer", "train", "--text", write_text(tmp_path / f"{seed}.txt", 400, seed),
                    "--vocab-size", size, "--out", tmp_path / name).exit_code == 0  # fmt: skip
-    config = {
-        "data": {"corpus": "plain", "path": "train.txt", "dev": "dev.txt",
-                 "tokenizer": {"model": "tok.model"}},
-        "model": {"mode": "unadapted", "embed_dim": 8, "hidden_dim": 8},
-        "train": {"epochs": 1, "batch_tokens": 400, "device": "cpu"},
-    }  # fmt: skip
+    config = subword_config("tok.model")
     (tmp_path / "c.json").write_text(json.dumps(config))
     base = ["train", tmp_path / "c.json", "--data-dir", tmp_path]
     assert run(*base, "--out", tmp_path / "m").exit_code == 0
