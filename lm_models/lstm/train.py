@@ -375,6 +375,8 @@ def train(
     resuming = resume and (last / "trainer.json").exists()
     # A resumed subword run keeps its tokenizer (the vocabulary's units must not change).
     init = None if resuming else init
+    # read before the data (a wrong folder fails at once): the weights, the units
+    start = read_init(Path(init), device) if init is not None else None
     units_from = last if resuming else init  # where a subword run's tokenizer comes from
     kept_tokenizer = (
         SubwordTokenizer.load(units_from)
@@ -408,8 +410,8 @@ def train(
         log_expected = torch.log(sampler.probs.clamp(min=1e-12) * opts.sampled_softmax).to(device)
 
     state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
-    if init is not None:
-        start_from(model, Path(init), data.vocab.tokens, device)
+    if start is not None:
+        start_from(model, Path(str(init)), start, data.vocab.tokens)
     if resuming:
         try:
             prev_model, _, _ = load_checkpoint(last, device=device)
@@ -539,13 +541,21 @@ def train(
     )
 
 
-def start_from(model: ContextLSTM, init: Path, tokens: Sequence[str], device: torch.device) -> None:
-    """Load the weights of checkpoint ``init`` into ``model`` (a new run's start), after
-    checking that both have the same units and the same parameters."""
+def read_init(init: Path, device: torch.device) -> tuple[nn.Module, list[str]]:
+    """The model and units of checkpoint ``init`` (``--init``), or a ValueError naming it."""
     try:
         prev_model, prev_tokens, _ = load_checkpoint(init, device=device)
     except (ValueError, OSError) as err:
         raise ValueError(f"--init {init}: {err}") from None
+    return prev_model, prev_tokens
+
+
+def start_from(
+    model: ContextLSTM, init: Path, start: tuple[nn.Module, list[str]], tokens: Sequence[str]
+) -> None:
+    """Load the weights of checkpoint ``init`` (read as ``start``) into ``model``, a new run's
+    start, after checking that both have the same units and the same parameters."""
+    prev_model, prev_tokens = start
     if list(prev_tokens) != list(tokens):
         diff = next(
             (i for i, (a, b) in enumerate(zip(prev_tokens, tokens, strict=False)) if a != b),
