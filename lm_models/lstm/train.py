@@ -373,11 +373,11 @@ def train(
     for folder in (last, best):  # a save killed mid-swap (no atomic exchange): its set back
         clean_stale(folder)
     resuming = resume and (last / "trainer.json").exists()
-    # A resumed subword run keeps its tokenizer (the vocabulary's units must not change).
     init = None if resuming else init
-    # read before the data (a wrong folder fails at once): the weights, the units
+    # --init is read before the data, so that a wrong folder fails at once
     start = read_init(Path(init), device) if init is not None else None
-    units_from = last if resuming else init  # where a subword run's tokenizer comes from
+    # A resumed or initialised subword run keeps its tokenizer (the units must not change).
+    units_from = last if resuming else init
     kept_tokenizer = (
         SubwordTokenizer.load(units_from)
         if units_from is not None and SubwordTokenizer.present(units_from)
@@ -411,7 +411,7 @@ def train(
 
     state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
     if start is not None:
-        start_from(model, Path(str(init)), start, data.vocab.tokens)
+        start_from(model, start, data.vocab.tokens)
     if resuming:
         try:
             prev_model, _, _ = load_checkpoint(last, device=device)
@@ -541,21 +541,28 @@ def train(
     )
 
 
-def read_init(init: Path, device: torch.device) -> tuple[nn.Module, list[str]]:
-    """The model and units of checkpoint ``init`` (``--init``), or a ValueError naming it."""
+@dataclass(frozen=True)
+class InitCheckpoint:
+    """The checkpoint a new run starts from (``--init``)."""
+
+    path: Path
+    model: nn.Module
+    tokens: list[str]
+
+
+def read_init(init: Path, device: torch.device) -> InitCheckpoint:
+    """Checkpoint ``init``, or a ValueError naming it."""
     try:
-        prev_model, prev_tokens, _ = load_checkpoint(init, device=device)
+        model, tokens, _ = load_checkpoint(init, device=device)
     except (ValueError, OSError) as err:
         raise ValueError(f"--init {init}: {err}") from None
-    return prev_model, prev_tokens
+    return InitCheckpoint(init, model, tokens)
 
 
-def start_from(
-    model: ContextLSTM, init: Path, start: tuple[nn.Module, list[str]], tokens: Sequence[str]
-) -> None:
-    """Load the weights of checkpoint ``init`` (read as ``start``) into ``model``, a new run's
-    start, after checking that both have the same units and the same parameters."""
-    prev_model, prev_tokens = start
+def start_from(model: ContextLSTM, start: InitCheckpoint, tokens: Sequence[str]) -> None:
+    """Load ``start``'s weights into ``model``, a new run's first state, after checking that
+    both have the same units and the same parameters."""
+    init, prev_model, prev_tokens = start.path, start.model, start.tokens
     if list(prev_tokens) != list(tokens):
         diff = next(
             (i for i, (a, b) in enumerate(zip(prev_tokens, tokens, strict=False)) if a != b),
