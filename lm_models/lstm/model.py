@@ -68,6 +68,9 @@ MODES = ("unadapted", "softmax_bias", "concat", "factor")
 CONTEXT_ACTIVATIONS = ("relu", "none")
 FORGET_BIAS = 1.0  # the "+ 1.0" in f <- sigmoid(f + 1.0), Appendix A eq. 9
 FACTOR_INIT_STD = 0.02  # initial std of the FactorCell bases Z_L and Z_R
+# Z_L and Z_R are drawn from their own generator, seeded with the global seed plus this offset,
+# so that the global stream (every other weight) is the ConcatCell's of the same seed.
+FACTOR_SEED_OFFSET = 104_729
 LAYER_NORM_EPS = 1e-5
 
 # What the model accepts as context: an encoded batch ({name: tensor}, see encode_records), a
@@ -283,7 +286,10 @@ class ContextLSTMCell(nn.Module):
         rank: int = 0,
         layer_norm: bool = False,
         dropout: float = 0.0,
+        generator: torch.Generator | None = None,
     ) -> None:
+        """``generator``: where Z_L and Z_R are drawn from (the FactorCell; default: the global
+        generator). Every other weight is drawn from the global one."""
         super().__init__()
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -303,10 +309,10 @@ class ContextLSTMCell(nn.Module):
             self.ln_shift = nn.Parameter(torch.zeros(3, hidden_dim))
         else:
             self.ln_gain = self.ln_shift = None
-        self.reset_parameters()
+        self.reset_parameters(generator)
 
     @torch.no_grad()
-    def reset_parameters(self) -> None:
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         bound = 1.0 / math.sqrt(self.hidden_dim)
         nn.init.uniform_(self.W, -bound, bound)
         nn.init.zeros_(self.b)
@@ -316,8 +322,8 @@ class ContextLSTMCell(nn.Module):
             # Both small and random: zero in one would zero the other's gradient (A = Z_L Z_R).
             # Small enough that A starts well below W (|A| ~ std^2 * k * sqrt(r) * |c|^2):
             # with std 0.1 the adaptation swamped W at k=16 and training diverged.
-            nn.init.normal_(self.Z_L, std=FACTOR_INIT_STD)
-            nn.init.normal_(self.Z_R, std=FACTOR_INIT_STD)
+            nn.init.normal_(self.Z_L, std=FACTOR_INIT_STD, generator=generator)
+            nn.init.normal_(self.Z_R, std=FACTOR_INIT_STD, generator=generator)
 
     def adapted(self, c: Tensor | None) -> tuple[Tensor, Tensor]:
         """W' and b' for contexts c (N, k): eq. 2-4.
@@ -402,9 +408,24 @@ class ContextLSTM(nn.Module):
         self.context_encoder = (
             ContextEncoder(cfg.context_vars, k, cfg.context_activation) if self.adaptive else None
         )
+        # Paired seeds: the FactorCell's own tensors come from a generator of their own, so a
+        # FactorCell starts as the ConcatCell of the same seed plus a small A (every shared
+        # weight equal) and the two differ by the adaptation, not by their draws.
+        factor_gen = (
+            torch.Generator().manual_seed(torch.initial_seed() + FACTOR_SEED_OFFSET)
+            if cfg.mode == "factor"
+            else None
+        )
         self.cells = nn.ModuleList(
             ContextLSTMCell(
-                e if layer == 0 else d, d, cfg.mode, k, cfg.rank, cfg.layer_norm, cfg.dropout
+                e if layer == 0 else d,
+                d,
+                cfg.mode,
+                k,
+                cfg.rank,
+                cfg.layer_norm,
+                cfg.dropout,
+                generator=factor_gen,
             )
             for layer in range(cfg.num_layers)
         )

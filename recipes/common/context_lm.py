@@ -59,7 +59,7 @@ def run_dir(recipe: Path, spec: dict[str, Any], mode: str, seed: int) -> Path:
     done.json and eval.json belong to another model."""
     out = recipe / "exp" / f"{mode}_seed{seed}"
     stamp = out / "config_hash"
-    want = config_hash(spec)
+    want = config_hash(spec, mode)
     if out.exists():
         got = stamp.read_text().strip() if stamp.exists() else "unstamped"
         if got != want:
@@ -153,9 +153,21 @@ def evaluate_run(recipe: Path, spec: dict[str, Any], info: dict, data_dir: Path)
     return res
 
 
-def config_hash(spec: dict[str, Any]) -> str:
-    """Short hash of the recipe's train_config: records made under another config do not mix."""
-    text = json.dumps(spec["train_config"], sort_keys=True)
+# Training settings only the FactorCell reads, added after the other modes' records were made:
+# left out of their hash, so setting one does not send Unadapted, SoftmaxBias and ConcatCell
+# to be trained again (their runs do not change).
+FACTOR_ONLY_TRAIN_KEYS = ("adapt_weight_decay",)
+
+
+def config_hash(spec: dict[str, Any], mode: str) -> str:
+    """Short hash of the recipe's train_config as ``mode`` reads it: records made under another
+    config do not mix."""
+    config = spec["train_config"]
+    train = config.get("train", {})
+    if mode != "factor" and any(key in train for key in FACTOR_ONLY_TRAIN_KEYS):
+        kept = {k: v for k, v in train.items() if k not in FACTOR_ONLY_TRAIN_KEYS}
+        config = {**config, "train": kept}
+    text = json.dumps(config, sort_keys=True)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -176,7 +188,7 @@ def load_record(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
     for key in ("config_hash", "info", "eval", "log"):
         if key not in rec:
             raise ValueError(f"{path}: not a run record (expected key {key!r})")
-    if rec["config_hash"] != config_hash(spec):
+    if rec["config_hash"] != config_hash(spec, rec["info"].get("mode", "")):
         log.warning("%s: made under another train_config; ignored (the run is trained again)", path)
         return None
     return rec
@@ -185,7 +197,7 @@ def load_record(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
 def save_record(recipe: Path, spec: dict[str, Any], info: dict, ev: dict) -> dict[str, Any]:
     """Makes the run's record, writes it and returns it."""
     rec = {
-        "config_hash": config_hash(spec),
+        "config_hash": config_hash(spec, info["mode"]),
         "machine": f"{info['device']} ({cpu_name()}, {os.cpu_count()} cores)",
         "info": info,
         "eval": ev,

@@ -72,6 +72,26 @@ def test_record_from_another_config_is_ignored(tmp_path, caplog):
     assert drv.all_records(tmp_path, changed) == []
 
 
+def test_a_factor_only_setting_keeps_the_other_modes_records(tmp_path):
+    """adapt_weight_decay is read by the FactorCell alone: setting it leaves the other modes'
+    records (and hashes) as they were and sends only the FactorCell to be trained again."""
+    for mode in ("unadapted", "concat", "factor"):
+        drv.save_record(tmp_path, SPEC, info(mode, 0, 70.0), {"test_ppl": 71.0, "params": 10})
+    changed = json.loads(json.dumps(SPEC))
+    changed["train_config"]["train"]["adapt_weight_decay"] = 0.01
+    for mode in ("unadapted", "concat"):
+        assert drv.config_hash(changed, mode) == drv.config_hash(SPEC, mode)
+        assert drv.load_record(drv.record_path(tmp_path, mode, 0), changed) is not None
+    assert drv.config_hash(changed, "factor") != drv.config_hash(SPEC, "factor")
+    assert drv.load_record(drv.record_path(tmp_path, "factor", 0), changed) is None
+    other = json.loads(json.dumps(changed))
+    other["train_config"]["train"]["adapt_weight_decay"] = 0.1
+    assert drv.config_hash(other, "factor") != drv.config_hash(changed, "factor")
+    # any other setting still counts for every mode
+    other["train_config"]["train"]["lr"] = 0.01
+    assert drv.config_hash(other, "concat") != drv.config_hash(SPEC, "concat")
+
+
 def test_broken_record_names_file_and_line(tmp_path):
     path = drv.record_path(tmp_path, "factor", 0)
     path.parent.mkdir(parents=True)
@@ -123,8 +143,8 @@ def test_a_run_folder_from_another_config_is_set_aside_not_reused(tmp_path, capl
     with caplog.at_level(logging.WARNING):
         again = drv.run_dir(tmp_path, changed, "concat", 1)
     assert again == out and not (out / "done.json").exists()
-    assert (out / "config_hash").read_text().strip() == drv.config_hash(changed)
-    aside = out.with_name(f"{out.name}.{drv.config_hash(SPEC)}")
+    assert (out / "config_hash").read_text().strip() == drv.config_hash(changed, "concat")
+    aside = out.with_name(f"{out.name}.{drv.config_hash(SPEC, 'concat')}")
     assert (aside / "done.json").exists() and "set aside" in caplog.text
     legacy = tmp_path / "exp" / "factor_seed0"  # a folder from before the stamps
     (legacy / "best").mkdir(parents=True)

@@ -301,6 +301,30 @@ def test_concat_equals_factor_with_zero_bases() -> None:
     assert (concat(toks, RECORDS)[0] - factor(toks, RECORDS)[0]).abs().max() > 1e-4
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_factor_cell_starts_as_the_concat_cell_of_its_seed(seed: int) -> None:
+    """Paired seeds: every weight the two modes share is drawn equal, and so is the global
+    random stream after construction (dropout, batches); only Z_L/Z_R are the FactorCell's."""
+    built = {}
+    for mode in ("concat", "factor"):
+        torch.manual_seed(seed)
+        built[mode] = (ContextLSTM(make_config(mode, num_layers=2)), torch.rand(3))
+    (concat, after_concat), (factor, after_factor) = built["concat"], built["factor"]
+    shared = concat.state_dict()
+    own = {name for name in factor.state_dict() if name not in shared}
+    assert own == {f"cells.{i}.{z}" for i in (0, 1) for z in ("Z_L", "Z_R")}
+    for name, value in shared.items():
+        torch.testing.assert_close(factor.state_dict()[name], value, rtol=0, atol=0)
+    torch.testing.assert_close(after_factor, after_concat, rtol=0, atol=0)
+    # The bases are random, small, distinct per layer, and follow the seed.
+    z0, z1 = factor.cells[0].Z_L.detach(), factor.cells[1].Z_L.detach()
+    assert 0.01 < float(z0.std()) < 0.04
+    assert not torch.equal(z0[:, : z1.shape[1]], z1)
+    torch.manual_seed(seed + 1)
+    other = ContextLSTM(make_config("factor", num_layers=2))
+    assert not torch.equal(other.cells[0].Z_L, z0)
+
+
 def test_forward_matches_reference_implementation() -> None:
     """A plain numpy FactorCell (eq. 3-6, 8-9) with loops, from the model's parameters."""
     model = make_model("factor").double()
