@@ -412,7 +412,7 @@ class ContextLSTM(nn.Module):
         # FactorCell starts as the ConcatCell of the same seed plus a small A (every shared
         # weight equal) and the two differ by the adaptation, not by their draws.
         factor_gen = (
-            torch.Generator().manual_seed(torch.initial_seed() + FACTOR_SEED_OFFSET)
+            torch.Generator().manual_seed((torch.initial_seed() + FACTOR_SEED_OFFSET) % 2**64)
             if cfg.mode == "factor"
             else None
         )

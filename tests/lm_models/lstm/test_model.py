@@ -323,6 +323,8 @@ def test_factor_cell_starts_as_the_concat_cell_of_its_seed(seed: int) -> None:
     torch.manual_seed(seed + 1)
     other = ContextLSTM(make_config("factor", num_layers=2))
     assert not torch.equal(other.cells[0].Z_L, z0)
+    torch.manual_seed(2**64 - 1)  # the largest seed: the offset wraps, it does not overflow
+    ContextLSTM(make_config("factor"))
 
 
 def test_forward_matches_reference_implementation() -> None:
