@@ -386,7 +386,7 @@ def train(
     resuming = resume and (last / "trainer.json").exists()
     init = None if resuming else init
     # --init is read before the data, so that a wrong folder fails at once
-    start = read_init(Path(init), device) if init is not None else None
+    start = read_init(Path(init)) if init is not None else None
     # A resumed or initialised subword run keeps its tokenizer (the units must not change).
     units_from = last if resuming else init
     kept_tokenizer = (
@@ -423,6 +423,7 @@ def train(
     state = {"epoch": 0, "best_dev_ppl": math.inf, "best_epoch": 0, "bad_epochs": 0, "log": []}
     if start is not None:
         start_from(model, start, data.vocab.tokens)
+        start = None  # its copy of the weights is not kept through the training
     if resuming:
         try:
             prev_model, _, _ = load_checkpoint(last, device=device)
@@ -561,10 +562,11 @@ class InitCheckpoint:
     tokens: list[str]
 
 
-def read_init(init: Path, device: torch.device) -> InitCheckpoint:
-    """Checkpoint ``init``, or a ValueError naming it."""
+def read_init(init: Path) -> InitCheckpoint:
+    """Checkpoint ``init`` (on the CPU: its weights are copied into the run's model once, so
+    no second copy takes device memory), or a ValueError naming it."""
     try:
-        model, tokens, _ = load_checkpoint(init, device=device)
+        model, tokens, _ = load_checkpoint(init, device=torch.device("cpu"))
     except (ValueError, OSError) as err:
         raise ValueError(f"--init {init}: {err}") from None
     return InitCheckpoint(init, model, tokens)
