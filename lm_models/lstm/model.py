@@ -796,10 +796,16 @@ class ContextLSTM(nn.Module):
         )
 
     def hidden(
-        self, tokens: Tensor, context: ContextLike = None, state: State | None = None
+        self,
+        tokens: Tensor,
+        context: ContextLike = None,
+        state: State | None = None,
+        *,
+        adapted: AdaptedWeights | None = None,
     ) -> Tensor:
-        """Top-layer LSTM outputs h_t, (N, T, d), for a trainer's own (e.g. sampled) softmax."""
-        return self._run(tokens, context, state, None)[0]
+        """Top-layer LSTM outputs h_t, (N, T, d), for a trainer's own (e.g. sampled) softmax or a
+        scorer's cache; ``adapted`` (from :meth:`adapt`) as in :meth:`forward`."""
+        return self._run(tokens, context, state, adapted)[0]
 
     def output_logits(
         self,

@@ -29,7 +29,10 @@
 # with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py;
 # rows 3CK/4CK: the context LM itself with the cache):
 # CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
-# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5).
+# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5). And the neural cache
+# rows (3NN, 4NN): the twin with a continuous cache of the chapter's earlier 1-best (Grave et al.
+# 2017, `ncache:`, rescorer/lms/neural_cache.py): NCACHE_THETA (0.5) and NCACHE_LAMBDA (0.05),
+# the pair that gave the dev_clean references the lowest perplexity.
 # CUE (0; 1: also the rows of a CUE model, Novotney et al., whose context is the previous
 # utterance's text as a MiniLM sentence vector: CUE_MODEL, trained with the previous sentence of
 # the book as its context, and CUE_BASE, the control decoder trained with the empty context;
@@ -62,6 +65,8 @@ CTX_K=${CTX_K:-3}
 CACHE_K=${CACHE_K:-100}
 CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
 CACHE_MIN_CHARS=${CACHE_MIN_CHARS:-5}
+NCACHE_THETA=${NCACHE_THETA:-0.5}
+NCACHE_LAMBDA=${NCACHE_LAMBDA:-0.05}
 CUE=${CUE:-0}
 CUE_CONF=${CUE_CONF:-$HERE/conf/cue_cpu.json}
 CUE_MODEL=${CUE_MODEL:-$EXP/cue/runs/t3_prev/model}
@@ -268,6 +273,33 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
     -- "ctxk=cache:$EXP/context/cache_ctx.json"
 fi
 
+# Neural cache rows (CTX=1): the twin with a continuous cache of the chapter so far (`nbn`, the
+# `cache` field of the `both` contexts): each earlier utterance's words with the LSTM states
+# that predicted them; a word gains where the state now is like the one it was said in.
+SCORED_NC=${SCORED}_ncache
+write_ncache() {  # write_ncache FILE BASE_SPEC FIELD: rescorer/lms/neural_cache.py's file
+  "$PY" -c 'import sys; from rescorer.lms.neural_cache import NeuralCacheSpec
+NeuralCacheSpec(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]).save(sys.argv[1])' \
+    "$1" "$2" "$NCACHE_THETA" "$NCACHE_LAMBDA" "$3"
+}
+if run_stage 4 && [ "$CTX" = 1 ]; then
+  write_ncache "$EXP/context/ncache_nb.json" "nbn=torch:$(realpath "$CTX_BASE")" cache
+  score_context "$SCORED_NC" "$SCORED_BOTH" ncache both --previous "$CTX_K" \
+    --cache "$CACHE_K" -- "nbn=ncache:$EXP/context/ncache_nb.json"
+  # the dev_other references, the cache filled from the first-pass 1-best and from the
+  # references (the upper bound; that context file names the chapter so far `previous`)
+  write_ncache "$EXP/context/ncache_nb_previous.json" "nbn=torch:$(realpath "$CTX_BASE")" previous
+  for v in "ncache_first_pass|ncache_nb|$EXP/context/dev_other.both.jsonl" \
+    "ncache_references|ncache_nb_previous|$EXP/context/dev_other.cache_references.jsonl"; do
+    IFS='|' read -r name spec ctx <<< "$v"
+    out=$EXP/context/ppl_dev_other.$name.txt
+    [ -s "$out" ] && continue
+    "$RESCORER" -q ppl --lm "ncache:$EXP/context/$spec.json" \
+      --text "$NBEST/dev_other/references/ref_wer.trn" --text-format trn --context "$ctx" \
+      > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+fi
+
 # CUE rows (CUE=1): the control decoder (`cun`), the CUE model given each utterance's previous
 # utterance (its first-pass 1-best) as the field `prev` (`cu`), and the same model with no
 # context (`cu0`, its empty-context vector).
@@ -329,6 +361,8 @@ if [ "$CTX" = 1 ]; then
     "4G_all_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,4gk|--length|$SCORED_CACHE"
     "4NG_all_nocontext_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,$NB,4gk|--length|$SCORED_CACHE"
     "4CG_all_previous_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,$CF,4gk|--length|$SCORED_CACHE"
+    "3NN_lstm_neural_cache|decoder,ctc,${NB//nb/nbn}|--no-length|$SCORED_NC"
+    "4NN_all_neural_cache|decoder,ctc,lm,4gram,4gram_oov,${NB//nb/nbn}|--length|$SCORED_NC"
   )
 fi
 
@@ -404,6 +438,8 @@ if run_stage 6 && [ "$CTX" = 1 ]; then
     "$SCORED"
   second_pass 4K2_all_cache_second_pass 4K_all_cache "$CACHE_K" \
     "nbk=cache:$EXP/context/cache_nb.json" cache2 "$SCORED_CTX"  # the twin's `nb` is there
+  second_pass 4NN2_all_neural_cache_second_pass 4NN_all_neural_cache "$CACHE_K" \
+    "nbn=ncache:$EXP/context/ncache_nb_previous.json" ncache2 "$SCORED"
 fi
 
 if run_stage 6 && [ "$CUE" = 1 ]; then

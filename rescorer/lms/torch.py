@@ -47,6 +47,11 @@ this leaves (its root's parent), not from zeros. The history is computed once pe
 batched across the forest's roots, and is not scored; an empty or missing history is the
 zero state, i.e. the sentence alone.
 
+A neural cache (``ncache:``, :mod:`rescorer.lms.neural_cache`, attached with
+:meth:`TorchLM.attach_cache`) mixes a continuous cache of a context text into every value: its
+field groups sentences like any context (one memory per utterance, the forest batched as above),
+and each scored (node, word) pair takes its root's memory.
+
 All scores are natural-log probabilities.
 """
 
@@ -57,7 +62,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -84,6 +89,18 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_NODES = 2048
 DEFAULT_MAX_CONTEXTS = 256
+
+
+class StateCache(Protocol):
+    """What :meth:`TorchLM.attach_cache` takes (:class:`rescorer.lms.neural_cache.NeuralCache`):
+    a memory per context built from the model, mixed into the values of the states it scores."""
+
+    # The context field whose text fills the memory.
+    field: str
+
+    def memory(self, lm: TorchLM, key: ContextKey) -> Any: ...
+
+    def mix(self, values: Tensor, top: Tensor, targets: Tensor, memory: Any) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -186,10 +203,12 @@ class TorchLM(WordLM):
         self.max_contexts = max_contexts
         # A history model's field (its text read by the LSTM, not embedded); "" for none.
         self.history = model.config.history
-        fields: list[Any] = list(model.config.context_vars)
+        self._fields: list[Any] = list(model.config.context_vars)
         if self.history:
-            fields.append(ContextField(self.history, "text"))
-        self._contexts = ContextKeys(fields, self.name, logger)
+            self._fields.append(ContextField(self.history, "text"))
+        self._contexts = ContextKeys(self._fields, self.name, logger)
+        # A neural cache of a context text (``ncache:``, :meth:`attach_cache`), or None.
+        self.cache: StateCache | None = None
         self._weights: OrderedDict[ContextKey, AdaptedWeights] = OrderedDict()
         self._sentences = self._computed = self._naive = 0
 
@@ -211,9 +230,19 @@ class TorchLM(WordLM):
         """``record`` reduced to the model's fields, unknown values dropped (so: missing)."""
         return self._contexts.key(record)
 
+    def attach_cache(self, cache: StateCache) -> None:
+        """Score with ``cache`` (:mod:`rescorer.lms.neural_cache`) mixed into every value; its
+        field becomes a context field of this model (the weights do not depend on it)."""
+        self.cache = cache
+        if cache.field not in {f.name for f in self._fields}:
+            self._fields.append(ContextField(cache.field, "text"))
+            self._contexts = ContextKeys(self._fields, self.name, logger)
+
     def _model_key(self, key: ContextKey) -> ContextKey:
-        """``key`` without a history model's history field: what the weights depend on."""
-        return without_field(key, self.history)
+        """``key`` without a history model's history field or a neural cache's field: what the
+        weights depend on."""
+        key = without_field(key, self.history)
+        return without_field(key, self.cache.field) if self.cache is not None else key
 
     def _history_ids(self, key: ContextKey) -> list[int]:
         """The unit ids a history model reads before the sentence: ``<s>`` and the units of each
@@ -347,7 +376,8 @@ class TorchLM(WordLM):
         forests: list[list[tuple[ContextKey, list[int]]]] = []
         small: list[tuple[ContextKey, list[int]]] = []
         for key, members in groups.items():
-            if len(members) >= self.batch_nodes or not (self._model.adaptive or self.history):
+            per_context = self._model.adaptive or self.history or self.cache is not None
+            if len(members) >= self.batch_nodes or not per_context:
                 forests.append([(key, members)])
             else:
                 small.append((key, members))
@@ -425,6 +455,8 @@ class TorchLM(WordLM):
             h_prev = torch.zeros(layers, 1, hidden, dtype=model.b_out.dtype, device=device)
             m_prev = torch.zeros_like(h_prev)
         vocab = len(self.vocab_tokens)
+        cache = self.cache
+        memories = [cache.memory(self, key) for key, _ in forest] if cache is not None else []
         for depth in range(len(parents)):
             n_nodes = len(parents[depth])
             self._computed += n_nodes
@@ -454,6 +486,13 @@ class TorchLM(WordLM):
                     sel_rows = torch.as_tensor(r[lo:hi] - a, device=device)
                     sel_tgts = torch.as_tensor(t[lo:hi], device=device)
                     vals = model.log_probs_at(top, sel_rows, sel_tgts, weights, chunk_ctx)
+                    if cache is not None:  # each row with its own root's memory
+                        roots = np.asarray(ctx[depth][a:b])[r[lo:hi] - a]
+                        for root in np.unique(roots):
+                            j = torch.as_tensor(np.nonzero(roots == root)[0], device=device)
+                            vals[j] = cache.mix(
+                                vals[j], top[sel_rows[j]], sel_tgts[j], memories[root]
+                            )
                     values[lo:hi] = vals.double().cpu().numpy()
             flat[p] = values[back]
             h_prev = torch.cat(h_out, dim=1) if len(h_out) > 1 else h_out[0]
@@ -516,6 +555,8 @@ class TorchLM(WordLM):
                 tgt = torch.tensor([target_ids[i] for i in members], device=self.device)
                 rows = torch.arange(len(members), device=self.device)
                 vals = self._model.log_probs_at(top, rows, tgt, weights)
+                if self.cache is not None:
+                    vals = self.cache.mix(vals, top, tgt, self.cache.memory(self, key))
                 out[members] = vals.double().cpu().numpy()
                 for j, i in enumerate(members):
                     new_states[i] = TorchLMState(key, h[:, j], m[:, j], target_ids[i])

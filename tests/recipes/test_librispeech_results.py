@@ -82,3 +82,33 @@ def test_wall_time_counts_a_stage_run_again_once_with_its_latest_time(tmp_path) 
     got = results_module().wall_time(tmp_path)
     assert got == "335 s in all (ngram 30s, tune 5s, score_ctx 300s)"
     assert results_module().wall_time(tmp_path / "none") == "unknown"
+
+
+def test_reference_perplexity_reads_each_column_on_the_same_references(tmp_path) -> None:
+    import json
+    import math
+
+    import pytest
+
+    def hyp(text: str, lm: float, ours: float, oov: float = 0.0) -> dict:
+        return {"text": text, "scores": {"lm": lm, "nb": ours, "nb_oov": oov}}
+
+    lists = [  # the reference second in the first list, so the 1-best is not what counts
+        {"utt": "1-10-0000", "hyps": [hyp("a b", -1.0, -1.0), hyp("a c", -3.0, -6.0)]},
+        {"utt": "1-10-0001", "hyps": [hyp("x", -9.0, -9.0)]},  # the reference is not there
+        {"utt": "1-10-0002", "hyps": [hyp("d", -2.0, -5.0, oov=1.0)]},  # unknown to `nb`
+        {"utt": "1-10-0003", "hyps": [hyp("e f g", -5.0, -3.0)]},
+    ]
+    scored = tmp_path / "dev_other.jsonl"
+    scored.write_text("".join(json.dumps(x) + "\n" for x in lists))
+    refs = {"1-10-0000": ("a", "c"), "1-10-0001": ("y",), "1-10-0002": ("d",),
+            "1-10-0003": ("e", "f", "g")}  # fmt: skip
+    got = results_module().reference_perplexity(scored, refs, ("lm", "nb"))
+    assert (got.utterances, got.with_oov, got.tokens) == (2, 1, 3 + 4)
+    assert got.ppl["lm"] == pytest.approx(math.exp(8.0 / 7))
+    assert got.ppl["nb"] == pytest.approx(math.exp(9.0 / 7))
+    alone = results_module().reference_perplexity(scored, refs, ("lm",))  # no `lm_oov` column
+    assert (alone.utterances, alone.tokens) == (3, 9)
+    assert alone.ppl["lm"] == pytest.approx(math.exp(10.0 / 9))
+    with pytest.raises(ValueError, match="no score 'ctx'"):
+        results_module().reference_perplexity(scored, refs, ("lm", "ctx"))

@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,7 @@ from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
 from rescorer.lms.cache import CacheSpec
+from rescorer.lms.neural_cache import NeuralCacheSpec
 from rescorer.refs import read_kaldi_text, read_references
 from rescorer.significance import compare
 from rescorer.wer import WerReport, align, oracle, score_corpus
@@ -79,6 +83,21 @@ SYSTEMS = [
         "all + our LSTM (previous utterances) + our 4-gram with a cache of them",
         "4CG_all_previous_4gram_cache",
     ),
+    (
+        "3NN",
+        "decoder + ctc + our LSTM (no context) with a neural cache of the previous utterances",
+        "3NN_lstm_neural_cache",
+    ),
+    (
+        "4NN",
+        "all + our LSTM (no context) with a neural cache of the previous utterances",
+        "4NN_all_neural_cache",
+    ),
+    (
+        "4NN2",
+        "  4NN, second pass: caches from 4NN's 1-best of the previous utterances (4NN's weights)",
+        "4NN2_all_neural_cache_second_pass",
+    ),
     ("3UN", "decoder + ctc + our CUE control (trained with no context)", "3UN_cue_nocontext"),
     (
         "3U0",
@@ -108,7 +127,7 @@ SYSTEMS = [
 # folders outlive a later run without it (and its models may be others by then).
 CONTEXT_ROWS = frozenset(
     {"3N", "3C0", "3C", "4N", "4C0", "4C", "4C2", "3G", "3K", "4K", "4K2", "3CK", "4CK"}
-    | {"4G", "4NG", "4CG"}
+    | {"4G", "4NG", "4CG", "3NN", "4NN", "4NN2"}
 )
 # The CUE rows (run.sh with CUE=1), in the table only with --cue. Row 4G (the 4-gram's cache,
 # no neural LM) belongs to both: either flag shows it.
@@ -148,6 +167,9 @@ COMPARISONS = [
     ("4NG", "4CG"),
     ("4N", "4CG"),
     ("4G", "4CG"),
+    ("3N", "3NN"),
+    ("4N", "4NN"),
+    ("4NN", "4NN2"),
     ("3UN", "3U"),
     ("3U0", "3U"),
     ("4", "4UN"),
@@ -165,6 +187,14 @@ PPL_VARIANTS = [  # (file stem under EXP/context, description)
     ("references", "the context LM, previous utterances from the references (upper bound)"),
     ("cache_first_pass", "the twin with a cache of the chapter's earlier first-pass 1-best"),
     ("cache_references", "the twin with a cache of the chapter's earlier references (upper bound)"),
+    (
+        "ncache_first_pass",
+        "the twin with a neural cache of the chapter's earlier first-pass 1-best",
+    ),
+    (
+        "ncache_references",
+        "the twin with a neural cache of the chapter's earlier references (upper bound)",
+    ),
 ]
 CUE_PPL_VARIANTS = [
     ("cue_twin", "the CUE control (trained with no context)"),
@@ -317,6 +347,18 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             "the context LM its usual previous utterances, the cache the chapter so far "
             "(`context build --cache`)."
         )
+    ncache_file = exp / "context" / "ncache_nb.json"
+    if ncache_file.exists():
+        ns = NeuralCacheSpec.load(ncache_file)
+        lines.append(
+            "- Neural cache rows (3NN, 4NN, 4NN2): the twin with the continuous cache of "
+            "Grave et al. (2017) over the chapter's earlier first-pass 1-best (up to "
+            f"{ns.max_words:,} words; `ncache:` models, rescorer/lms/neural_cache.py): "
+            "p = (1 - l) p_LSTM(w | h_t) + l sum_(i: w_i = w) softmax_i(theta h_t . h_(i-1)), "
+            "each earlier word with the LSTM state that predicted it, "
+            f"theta = {ns.theta:g}, l = {ns.lam:g} (the pair that gave the dev_clean references "
+            "the lowest perplexity); in place of the twin's own score."
+        )
     return lines + ppl_table(exp, PPL_VARIANTS)
 
 
@@ -455,6 +497,70 @@ def reach_lines(r: dict[str, int], row: str, min_chars: int) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class ReferencePerplexity:
+    """Per-word perplexities of the references that the N-best lists contain, one per LM score
+    column, all over the same utterances (:func:`reference_perplexity`)."""
+
+    # Utterances whose reference is one of its hypotheses and unknown to no model (counted),
+    # and those left out because some model scores an unknown word of the reference.
+    utterances: int
+    with_oov: int
+    # Tokens: the reference words plus one end of sentence each.
+    tokens: int
+    # Score column -> exp(-sum of its log-probabilities / tokens).
+    ppl: dict[str, float]
+
+
+def reference_perplexity(
+    scored: Path, refs: dict[str, tuple[str, ...]], columns: Sequence[str]
+) -> ReferencePerplexity:
+    """What each LM score column of ``scored`` (natural-log sentence probabilities, such as
+    ESPnet's ``lm``, of which only the scores exist, and ours) makes of the references, on equal
+    terms: the utterances whose reference is among the hypotheses, per word with the end of
+    sentence counted, leaving out a reference with a word some model does not know (its
+    ``COLUMN_oov`` > 0: ``<unk>`` would flatter it)."""
+    nbest = read_nbest(scored, "jsonl")
+    totals = dict.fromkeys(columns, 0.0)
+    n = with_oov = tokens = 0
+    for utt, nb in nbest.items():
+        ref = tuple(refs[utt])
+        hyp = next((h for h in nb if tuple(h.words) == ref), None)
+        if hyp is None:
+            continue
+        missing = [c for c in columns if c not in hyp.scores]
+        if missing:
+            raise ValueError(f"{scored}: utterance {utt} has no score {missing[0]!r}")
+        if any(hyp.scores.get(f"{c}_oov", 0.0) > 0 for c in columns):
+            with_oov += 1
+            continue
+        n += 1
+        tokens += len(ref) + 1
+        for c in columns:
+            totals[c] += hyp.scores[c]
+    ppl = {c: math.exp(-t / tokens) if tokens else math.nan for c, t in totals.items()}
+    return ReferencePerplexity(n, with_oov, tokens, ppl)
+
+
+REFERENCE_PPL_LABELS = {
+    "lm": "ESPnet's Transformer LM (`lm`, trained on the 800 M words of the LibriSpeech LM corpus)",
+    "lstm": "our word LSTM (`lstm`)",
+    "nb": "our LSTM (no context, `nb`)",
+    "4gram": "our 4-gram",
+}
+
+
+def reference_ppl_lines(r: ReferencePerplexity, set_name: str) -> list[str]:
+    """:func:`reference_perplexity` as a line of RESULTS.md."""
+    parts = ", ".join(f"{REFERENCE_PPL_LABELS.get(c, c)} {p:.1f}" for c, p in r.ppl.items())
+    return [
+        f"- The same LMs on equal terms: per-word perplexity of the {set_name} references found "
+        f"in the 30-best ({r.utterances:,} utterances, {r.tokens:,} tokens with one `</s>` each; "
+        f"{r.with_oov} left out for a word some model does not know), from the lists' own "
+        f"scores: {parts}."
+    ]
+
+
 def margin_of_context(
     scored: Path, refs: dict[str, tuple[str, ...]], weights: Weights, with_ctx: str, without: str
 ) -> dict[str, float]:
@@ -505,9 +611,14 @@ def margin_lines(m: dict[str, float], row: str, label: str = "the context LM") -
         f"{m['toward']:,} ({m['toward'] / max(m['cases'], 1):.0%}; mean shift "
         f"{m['mean']:+.2f} nats, median size {m['median_abs']:.2f}), while the wrong choice "
         f"wins by a median {m['median_margin']:.2f} in the combined score, where the LM weighs "
-        f"{m['weight']:.2f}: the shift alone would flip {m['flips']:,} of them. The context "
-        f"helps the LM predict the reference's words in general (perplexity), not the words "
-        f"where the hypotheses differ.",
+        f"{m['weight']:.2f}: the shift alone would flip {m['flips']:,} of them. "
+        + (
+            "The context helps the LM predict the reference's words in general (perplexity), "
+            "not the words where the hypotheses differ."
+            if m["toward"] >= m["cases"] / 2
+            else "More often than not it favours the wrong choice: the earlier 1-best it reads "
+            "holds the recogniser's own errors, and a context made of them votes for them again."
+        ),
     ]
 
 
@@ -595,12 +706,25 @@ def main() -> None:
                 min_chars,
             )
             reach_text = reach_lines(reach, "4", min_chars)
+        # ESPnet's LM, of which only its scores exist, beside ours on the references
+        for scored_dir, ours in (("scored_lstm", "lstm"), ("scored_ctx", "nb")):
+            scored = args.exp / scored_dir / f"{s}.jsonl"
+            if s == "dev_other" and scored.exists():
+                reach_text += reference_ppl_lines(
+                    reference_perplexity(
+                        scored, {u: tuple(w) for u, w in refs.items()}, ("lm", ours, "4gram")
+                    ),
+                    s,
+                )
+                break
         # the context's shift of the margin: the LSTM's (CTX=1) and the CUE model's (CUE=1)
         for wanted, row, folder, scored_dir, with_ctx, without, label in (
             (args.context, "3C0", "3C0_lstm_context_withheld", "scored_ctx", "ctx", "ctx0",
              "the context LM"),
             (args.cue, "3U0", "3U0_cue_context_withheld", "scored_cue", "cu", "cu0",
              "the CUE model"),
+            (args.context, "3N", "3N_lstm_nocontext", "scored_ncache", "nbn", "nb",
+             "the twin, whose context here is its neural cache,"),
         ):  # fmt: skip
             withheld = args.exp / folder / "weights.json"
             scored = args.exp / scored_dir / f"{s}.jsonl"
