@@ -19,13 +19,19 @@ Steps/s are LSTM steps (prefix-tree nodes) per second of the median run; ratios 
 of the same round set. With the ``minilm`` encoder installed, the time it takes to embed the
 sample's previous texts on the CPU is reported beside.
 
+With ``--cache-model DIR`` (a word LSTM's checkpoint, e.g. the recipe's twin
+``exp/lease_hist12/word/best``), a third table scores the lists with it without context and with
+a neural cache (``ncache:``, Grave et al. 2017) of the chapter so far (``context build
+--previous 100``): its memories built in the run (each earlier utterance run through the LSTM
+once) or kept from the warm-up.
+
 With ``--history-model DIR`` (a history model's checkpoint, ``data.history``: e.g. the
 LibriSpeech recipe's ``exp/ctxcpu/history/best``), a second table scores the same lists with it
 without context and with each utterance's previous utterances read as its history (the LSTM
 runs them once per utterance before the list's tree; those steps are counted).
 
     .venv/bin/python bench/bench_context_scoring.py [--utterances 300] [--rounds 3]
-        [--encoder hash:256] [--train-steps 40] [--history-model DIR]
+        [--encoder hash:256] [--train-steps 40] [--history-model DIR] [--cache-model DIR]
 """
 
 from __future__ import annotations
@@ -97,10 +103,10 @@ def train_model(text: Path, into: Path, encoder: str, steps: int) -> tuple[Path,
     return ckpt, result.best_dev_ppl, desc
 
 
-def build_contexts(nbest_dir: Path, out: Path) -> None:
+def build_contexts(nbest_dir: Path, out: Path, previous: int = 3) -> None:
     """dev_other's contexts by the CLI, as a user makes them."""
     cmd = [sys.executable, "-m", "rescorer", "-q", "context", "build", "--nbest", str(nbest_dir)]
-    cmd += ["--previous", "3", "--out", str(out)]
+    cmd += ["--previous", str(previous), "--out", str(out)]
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
@@ -147,6 +153,8 @@ def interleaved(
         for name, (lm, ctx, cold) in runs.items():
             if cold:
                 clear_text_caches()
+                if getattr(lm, "cache", None) is not None:
+                    lm.cache.clear()
             lm.reset_stats()
             start = time.perf_counter()
             values[name] = lm.sentence_logprobs(sentences, ctx)
@@ -270,6 +278,43 @@ def measure_history(
     ]
 
 
+def measure_cache(
+    ckpt: Path, nbest_dir: Path, ctx_file: Path, utterances: int, rounds: int
+) -> list[str]:
+    """A word LSTM's lists scored without context and with a neural cache of the chapter."""
+    from rescorer.lms.neural_cache import NeuralCache
+    from rescorer.lms.torch import TorchLM
+
+    utts, sentences, records, contexts = lists_of(nbest_dir, ctx_file, utterances)
+    cached = TorchLM(ckpt, device="cpu")
+    cached.attach_cache(NeuralCache(0.5, 0.05, "previous"))
+    runs = {
+        "no context": (TorchLM(ckpt, device="cpu"), None, False),
+        "neural cache of the chapter so far, memories built in the run": (cached, records, True),
+        "the same, memories kept from the warm-up": (cached, records, False),
+    }
+    seconds, steps, values = interleaved(runs, sentences, rounds)
+    rows, med, _ = table(seconds, steps, "seconds")
+    names = list(runs)
+    cfg = cached.model.config
+    cache_words = sum(len(contexts[u].get("previous", "").split()) for u in utts)
+    moved = float(np.abs(values[names[1]] - values[names[0]]).mean())
+    same = float(np.abs(values[names[1]] - values[names[2]]).max())
+    return [
+        f"Word LSTM `{ckpt}`: e={cfg.embed_dim}, d={cfg.hidden_dim}, {cfg.num_layers} "
+        f"layer(s), V={cfg.vocab_size:,}; theta 0.5, lambda 0.05; the same "
+        f"{len(sentences):,} hypotheses, their caches {cache_words:,} words in all (up to 100 "
+        f"earlier utterances each). 1 thread, interleaved, {rounds} rounds.",
+        "",
+        *rows,
+        "",
+        f"- The neural cache costs {med[names[1]] / med[names[0]]:.2f}x the time of scoring "
+        f"without context, its memories built in the run ({med[names[2]] / med[names[0]]:.2f}x "
+        f"with them kept; same scores, max |diff| {same:.1e}); it moves a hypothesis's "
+        f"log-probability by {moved:.2f} nats on average.",
+    ]
+
+
 def minilm_cost(ctx_file: Path, nbest_dir: Path, utterances: int) -> str | None:
     """Seconds to embed the sample's previous texts with all-MiniLM-L6-v2 on the CPU."""
     import importlib.util
@@ -308,6 +353,7 @@ def main() -> None:
     ap.add_argument("--encoder", default="hash:256")
     ap.add_argument("--train-steps", type=int, default=40)
     ap.add_argument("--history-model", type=Path, default=None)
+    ap.add_argument("--cache-model", type=Path, default=None)
     ap.add_argument("--data-dir", type=Path, default=default_data_dir())
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "context_scoring.md")
     args = ap.parse_args()
@@ -334,6 +380,17 @@ def main() -> None:
                     args.history_model, nbest_dir, tmp / "ctx.jsonl", args.utterances, args.rounds
                 ),
             ]
+        cache = []
+        if args.cache_model is not None:
+            build_contexts(nbest_dir, tmp / "ctx100.jsonl", previous=100)
+            cache = [
+                "",
+                "## A neural cache",
+                "",
+                *measure_cache(
+                    args.cache_model, nbest_dir, tmp / "ctx100.jsonl", args.utterances, args.rounds
+                ),
+            ]
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -355,6 +412,7 @@ def main() -> None:
             *lines,
             *([minilm] if minilm else []),
             *history,
+            *cache,
             "",
         ]
     )

@@ -160,6 +160,11 @@ class NeuralCache:
             OrderedDict()
         )
 
+    def clear(self) -> None:
+        """Forget every memory and line state (they are built again when next needed)."""
+        self._memories.clear()
+        self._lines.clear()
+
     def memory(self, lm: TorchLM, key: ContextKey) -> Memory | None:
         """The memory of ``key``'s cache text under ``lm`` (None: nothing cached)."""
         lines = history_lines(key, self.field)

@@ -112,3 +112,13 @@ def test_reference_perplexity_reads_each_column_on_the_same_references(tmp_path)
     assert alone.ppl["lm"] == pytest.approx(math.exp(10.0 / 9))
     with pytest.raises(ValueError, match="no score 'ctx'"):
         results_module().reference_perplexity(scored, refs, ("lm", "ctx"))
+
+
+def test_margin_lines_say_which_way_the_context_mostly_moves_the_reference() -> None:
+    margin = {"cases": 10, "mean": 0.1, "median_abs": 0.2, "median_margin": 5.0}
+    margin |= {"weight": 0.4, "flips": 1}
+    lines = results_module().margin_lines
+    (up,) = lines({**margin, "toward": 6}, "3C0")
+    (down,) = lines({**margin, "toward": 4}, "3C0")
+    assert "toward the reference in 6 (60%" in up and "in general (perplexity)" in up
+    assert "toward the reference in 4 (40%" in down and "about as often as the reference" in down

@@ -616,8 +616,8 @@ def margin_lines(m: dict[str, float], row: str, label: str = "the context LM") -
             "The context helps the LM predict the reference's words in general (perplexity), "
             "not the words where the hypotheses differ."
             if m["toward"] >= m["cases"] / 2
-            else "More often than not it favours the wrong choice: the earlier 1-best it reads "
-            "holds the recogniser's own errors, and a context made of them votes for them again."
+            else "It moves the wrong choice up about as often as the reference: the words where "
+            "the hypotheses differ are seldom words its context makes likelier."
         ),
     ]
 

@@ -207,3 +207,13 @@ def test_a_base_that_is_not_a_torch_lstm_is_refused(tmp_path: Path, tiny_arpa: P
     NeuralCacheSpec(f"kenlm:{tiny_arpa}", THETA, LAM).save(path)
     with pytest.raises(InputError, match="torch: base"):
         load_lm(f"ncache:{path}")
+
+
+def test_memories_built_again_after_clear_give_the_same_scores(ckpt: Path) -> None:
+    lm = cached_lm(ckpt)
+    contexts = [{"cache": CACHE}, {"cache": "the dog ran"}, None, {"cache": CACHE}]
+    first = lm.token_logprobs(SENTENCES, contexts)
+    assert lm.cache is not None
+    lm.cache.clear()
+    for a, b in zip(lm.token_logprobs(SENTENCES, contexts), first, strict=True):
+        np.testing.assert_array_equal(a, b)
