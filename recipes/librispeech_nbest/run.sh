@@ -196,13 +196,22 @@ score_pair() {
   done
 }
 
+# ppl_given NAME SPEC [CONTEXT_FILE]: perplexity of the dev_other references under SPEC (with
+# each utterance's context record when given), into EXP/context/ppl_dev_other.NAME.txt.
+ppl_given() {
+  local out=$EXP/context/ppl_dev_other.$1.txt
+  [ -s "$out" ] && return 0
+  "$RESCORER" -q ppl --lm "$2" --text "$NBEST/dev_other/references/ref_wer.trn" \
+    --text-format trn ${3:+--context "$3"} > "$out.tmp" && mv "$out.tmp" "$out"
+}
+
 # reference_ppls PREFIX KIND BASE MODEL STEM REF_STEM K FIELD: perplexity of the dev_other
 # references (EXP/context/ppl_dev_other.PREFIX{twin,none,first_pass,references}.txt): BASE;
 # MODEL with no context (its expected context), with the first-pass context of score_pair's
 # STEM, and with the references' own K previous utterances (EXP/context/dev_other.REF_STEM.jsonl,
 # an upper bound no decoder has).
 reference_ppls() {
-  local prefix=$1 kind=$2 base=$3 model=$4 stem=$5 ref_stem=$6 k=$7 field=$8 v name m ctx out
+  local prefix=$1 kind=$2 base=$3 model=$4 stem=$5 ref_stem=$6 k=$7 field=$8 v name m ctx
   local refs=$NBEST/dev_other/references/ref_wer.trn ref_text=$EXP/context/dev_other.ref_text
   local ref_ctx=$EXP/context/dev_other.$ref_stem.jsonl
   [ -s "$ref_text" ] || "$PY" -c 'import sys; from rescorer.refs import read_references
@@ -212,10 +221,7 @@ for u, w in read_references(sys.argv[1]).items(): print(u, " ".join(w))' "$refs"
   for v in "twin|$base|" "none|$model|" "first_pass|$model|$EXP/context/dev_other.$stem.jsonl" \
     "references|$model|$ref_ctx"; do
     IFS='|' read -r name m ctx <<< "$v"
-    out=$EXP/context/ppl_dev_other.$prefix$name.txt
-    [ -s "$out" ] && continue
-    "$RESCORER" -q ppl --lm "$kind:$m" --text "$refs" --text-format trn \
-      ${ctx:+--context "$ctx"} > "$out.tmp" && mv "$out.tmp" "$out"
+    ppl_given "$prefix$name" "$kind:$m" "$ctx"
   done
 }
 
@@ -253,14 +259,9 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
   ref_cache=$EXP/context/dev_other.cache_references.jsonl
   [ -s "$ref_cache" ] || "$RESCORER" -q context build --nbest "$NBEST/dev_other" \
     --previous "$CACHE_K" --from "$EXP/context/dev_other.ref_text" --out "$ref_cache"
-  for v in "cache_first_pass|$EXP/context/dev_other.cache.jsonl" "cache_references|$ref_cache"; do
-    IFS='|' read -r name ctx <<< "$v"
-    out=$EXP/context/ppl_dev_other.$name.txt
-    [ -s "$out" ] && continue
-    "$RESCORER" -q ppl --lm "cache:$EXP/context/cache_nb.json" \
-      --text "$NBEST/dev_other/references/ref_wer.trn" --text-format trn --context "$ctx" \
-      > "$out.tmp" && mv "$out.tmp" "$out"
-  done
+  ppl_given cache_first_pass "cache:$EXP/context/cache_nb.json" \
+    "$EXP/context/dev_other.cache.jsonl"
+  ppl_given cache_references "cache:$EXP/context/cache_nb.json" "$ref_cache"
 fi
 
 # Both contexts (CTX=1): the context LM itself interpolated with the cache (`ctxk`), each model
@@ -289,15 +290,10 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
   # the dev_other references, the cache filled from the first-pass 1-best and from the
   # references (the upper bound; that context file names the chapter so far `previous`)
   write_ncache "$EXP/context/ncache_nb_previous.json" "nbn=torch:$(realpath "$CTX_BASE")" previous
-  for v in "ncache_first_pass|ncache_nb|$EXP/context/dev_other.both.jsonl" \
-    "ncache_references|ncache_nb_previous|$EXP/context/dev_other.cache_references.jsonl"; do
-    IFS='|' read -r name spec ctx <<< "$v"
-    out=$EXP/context/ppl_dev_other.$name.txt
-    [ -s "$out" ] && continue
-    "$RESCORER" -q ppl --lm "ncache:$EXP/context/$spec.json" \
-      --text "$NBEST/dev_other/references/ref_wer.trn" --text-format trn --context "$ctx" \
-      > "$out.tmp" && mv "$out.tmp" "$out"
-  done
+  ppl_given ncache_first_pass "ncache:$EXP/context/ncache_nb.json" \
+    "$EXP/context/dev_other.both.jsonl"
+  ppl_given ncache_references "ncache:$EXP/context/ncache_nb_previous.json" \
+    "$EXP/context/dev_other.cache_references.jsonl"
 fi
 
 # CUE rows (CUE=1): the control decoder (`cun`), the CUE model given each utterance's previous

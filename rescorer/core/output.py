@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import logging
 import os
 import re
@@ -34,7 +35,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rescorer.core.errors import OutputError
 from rescorer.core.io import file_kind
@@ -358,3 +359,11 @@ def atomic_dir(
     except BaseException:
         _remove(tmp)
         raise
+
+
+def write_format_json(path: str | Path, fmt: str, version: int, fields: dict[str, Any]) -> None:
+    """A small self-describing JSON file, ``{"format": fmt, "version": version, **fields}``,
+    indented, written atomically: the model and spec files that
+    :func:`rescorer.core.json_input.read_format_json` reads back."""
+    with atomic_write(path) as f:
+        f.write(json.dumps({"format": fmt, "version": version, **fields}, indent=2) + "\n")

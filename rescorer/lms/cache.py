@@ -36,7 +36,6 @@ context-aware base keeps its own conditioning.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 from collections import Counter
@@ -50,7 +49,7 @@ import numpy as np
 from rescorer.core.constants import EOS
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
-from rescorer.core.output import atomic_write
+from rescorer.core.output import write_format_json
 from rescorer.lms import load_inner, parse_spec
 from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
@@ -79,16 +78,8 @@ class CacheSpec:
         check_options(self.lam, self.field, self.min_chars)
 
     def save(self, path: str | Path) -> None:
-        data = {
-            "format": FORMAT,
-            "version": VERSION,
-            "base": self.base,
-            "lambda": self.lam,
-            "field": self.field,
-            "min_chars": self.min_chars,
-        }
-        with atomic_write(path) as f:
-            f.write(json.dumps(data, indent=2) + "\n")
+        fields = {"base": self.base, "lambda": self.lam, "field": self.field}
+        write_format_json(path, FORMAT, VERSION, {**fields, "min_chars": self.min_chars})
 
     @classmethod
     def load(cls, path: str | Path) -> CacheSpec:

@@ -27,7 +27,6 @@ component scores a word it does not know with its own ``<unk>``.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -40,7 +39,7 @@ import numpy as np
 
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
-from rescorer.core.output import atomic_write
+from rescorer.core.output import write_format_json
 from rescorer.lms import load_inner, parse_spec
 from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
@@ -154,16 +153,16 @@ class MixtureSpec:
             parse_spec(spec)
 
     def save(self, path: str | Path) -> None:
-        data = {
-            "format": FORMAT,
-            "version": VERSION,
-            "components": [
-                {"spec": s, "weight": w} for s, w in zip(self.components, self.weights, strict=True)
-            ],
-            "meta": dict(self.meta),
-        }
-        with atomic_write(path) as f:
-            f.write(json.dumps(data, indent=2) + "\n")
+        components = zip(self.components, self.weights, strict=True)
+        write_format_json(
+            path,
+            FORMAT,
+            VERSION,
+            {
+                "components": [{"spec": s, "weight": w} for s, w in components],
+                "meta": dict(self.meta),
+            },
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> MixtureSpec:

@@ -32,7 +32,6 @@ A relative base path is relative to the JSON file's folder; the base must be a `
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections import OrderedDict
@@ -48,7 +47,7 @@ from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
 from rescorer.core.context_key import ContextKey, history_lines
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
-from rescorer.core.output import atomic_write
+from rescorer.core.output import write_format_json
 from rescorer.lms import load_inner, parse_spec
 from rescorer.lms.contract import LMSpec
 from rescorer.lms.torch import TorchLM
@@ -96,17 +95,10 @@ class NeuralCacheSpec:
         check_options(self.theta, self.lam, self.field, self.max_words)
 
     def save(self, path: str | Path) -> None:
-        data = {
-            "format": FORMAT,
-            "version": VERSION,
-            "base": self.base,
-            "theta": self.theta,
-            "lambda": self.lam,
-            "field": self.field,
-            "max_words": self.max_words,
-        }
-        with atomic_write(path) as f:
-            f.write(json.dumps(data, indent=2) + "\n")
+        fields = {"base": self.base, "theta": self.theta, "lambda": self.lam}
+        write_format_json(
+            path, FORMAT, VERSION, {**fields, "field": self.field, "max_words": self.max_words}
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> NeuralCacheSpec:
