@@ -146,7 +146,8 @@ class NeuralCache:
         self.max_words = max_words
         self._log_keep = math.log1p(-self.lam)
         self._log_lam = math.log(self.lam)
-        self._memories: OrderedDict[str, Memory | None] = OrderedDict()
+        # (weights' context key, the cache text) -> its memory
+        self._memories: OrderedDict[tuple[ContextKey, str], Memory | None] = OrderedDict()
         # (weights' context key, a line's unit ids) -> its states (n, d) and units (n,)
         self._lines: OrderedDict[tuple[ContextKey, tuple[int, ...]], tuple[Tensor, Tensor]] = (
             OrderedDict()
@@ -160,12 +161,12 @@ class NeuralCache:
     def memory(self, lm: TorchLM, key: ContextKey) -> Memory | None:
         """The memory of ``key``'s cache text under ``lm`` (None: nothing cached)."""
         lines = history_lines(key, self.field)
-        text = "\n".join(" ".join(words) for words in lines)
-        if text in self._memories:
-            self._memories.move_to_end(text)
-            return self._memories[text]
+        name = (lm._model_key(key), "\n".join(" ".join(words) for words in lines))
+        if name in self._memories:
+            self._memories.move_to_end(name)
+            return self._memories[name]
         memory = self._build(lm, key, lines) if lines else None
-        self._memories[text] = memory
+        self._memories[name] = memory
         if len(self._memories) > MEMORIES:
             self._memories.popitem(last=False)
         return memory

@@ -217,3 +217,13 @@ def test_memories_built_again_after_clear_give_the_same_scores(ckpt: Path) -> No
     lm.cache.clear()
     for a, b in zip(lm.token_logprobs(SENTENCES, contexts), first, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_adapted_model_reads_the_cache_under_each_records_own_weights(tmp_path: Path) -> None:
+    ckpt = save_checkpoint(tmp_path / "factor", make_model("factor", seed=5), VOCAB)
+    contexts = [{"genre": "news", "cache": CACHE}, {"genre": "sport", "cache": CACHE}]
+    words = [["the", "cat", "sat"]] * 2
+    together = cached_lm(ckpt).token_logprobs(words, contexts)
+    for w, ctx, values in zip(words, contexts, together, strict=True):
+        np.testing.assert_allclose(values, cached_lm(ckpt).token_logprobs([w], [ctx])[0], atol=1e-6)
+    assert not np.allclose(together[0], together[1])  # the genres' weights differ
