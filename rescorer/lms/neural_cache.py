@@ -146,8 +146,8 @@ class NeuralCache:
         self.max_words = max_words
         self._log_keep = math.log1p(-self.lam)
         self._log_lam = math.log(self.lam)
-        # (weights' context key, the cache text) -> its memory
-        self._memories: OrderedDict[tuple[ContextKey, str], Memory | None] = OrderedDict()
+        # context key (the weights' fields and the cache text) -> its memory
+        self._memories: OrderedDict[ContextKey, Memory | None] = OrderedDict()
         # (weights' context key, a line's unit ids) -> its states (n, d) and units (n,)
         self._lines: OrderedDict[tuple[ContextKey, tuple[int, ...]], tuple[Tensor, Tensor]] = (
             OrderedDict()
@@ -160,13 +160,12 @@ class NeuralCache:
 
     def memory(self, lm: TorchLM, key: ContextKey) -> Memory | None:
         """The memory of ``key``'s cache text under ``lm`` (None: nothing cached)."""
+        if key in self._memories:  # looked up at every streaming step: by the key, unparsed
+            self._memories.move_to_end(key)
+            return self._memories[key]
         lines = history_lines(key, self.field)
-        name = (lm._model_key(key), "\n".join(" ".join(words) for words in lines))
-        if name in self._memories:
-            self._memories.move_to_end(name)
-            return self._memories[name]
         memory = self._build(lm, key, lines) if lines else None
-        self._memories[name] = memory
+        self._memories[key] = memory
         if len(self._memories) > MEMORIES:
             self._memories.popitem(last=False)
         return memory
@@ -174,7 +173,7 @@ class NeuralCache:
     def _build(self, lm: TorchLM, key: ContextKey, lines: Sequence[Sequence[str]]) -> Memory | None:
         """The lines' states and units, each line run once per weights (a recording's cache
         grows by a line per utterance: the earlier lines' states are kept, not run again)."""
-        weights_key = lm._model_key(key)
+        weights_key = lm._model_key(key)  # line states depend on the weights, not the cache
         ids, _ = lm._ids(lines)
         todo = [
             x
