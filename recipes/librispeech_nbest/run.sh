@@ -33,6 +33,11 @@
 # rows (3NN, 4NN): the twin with a continuous cache of the chapter's earlier 1-best (Grave et al.
 # 2017, `ncache:`, rescorer/lms/neural_cache.py): NCACHE_THETA (0.5) and NCACHE_LAMBDA (0.05),
 # the pair that gave the dev_clean references the lowest perplexity.
+# BWD (0; 1, with CTX=1: also the rows of a backward LSTM beside the twin, `reverse:`,
+# rescorer/lms/reverse.py: a model trained on the books with each line's words reversed, which
+# scores each hypothesis right to left): BWD_CONF (its training config,
+# conf/context_cpu/backward.json, the CPU twin's size), BWD_DIR (its training folder,
+# $EXP/bwd/backward; stage 3 trains it there when BWD_DIR/best is missing, ~35 min on 2 cores).
 # CUE (0; 1: also the rows of a CUE model, Novotney et al., whose context is the previous
 # utterance's text as a MiniLM sentence vector: CUE_MODEL, trained with the previous sentence of
 # the book as its context, and CUE_BASE, the control decoder trained with the empty context;
@@ -67,6 +72,9 @@ CACHE_LAMBDA=${CACHE_LAMBDA:-0.1}
 CACHE_MIN_CHARS=${CACHE_MIN_CHARS:-5}
 NCACHE_THETA=${NCACHE_THETA:-0.5}
 NCACHE_LAMBDA=${NCACHE_LAMBDA:-0.05}
+BWD=${BWD:-0}
+BWD_CONF=${BWD_CONF:-$HERE/conf/context_cpu/backward.json}
+BWD_DIR=${BWD_DIR:-$EXP/bwd/backward}
 CUE=${CUE:-0}
 CUE_CONF=${CUE_CONF:-$HERE/conf/cue_cpu.json}
 CUE_MODEL=${CUE_MODEL:-$EXP/cue/runs/t3_prev/model}
@@ -110,6 +118,15 @@ if run_stage 3 && [ "$LSTM" = 1 ] && [ ! -s "$LSTM_DIR/best/model.safetensors" ]
   log "stage 3: training the word LSTM (every ${LSTM_EVERY}th sentence of the books)"
   awk -v n="$LSTM_EVERY" 'NR % n == 0' "$EXP/lm/books.txt" > "$EXP/lm/lstm_train.txt"
   timed lstm "$RESCORER" train "$LSTM_CONF" --data-dir "$EXP/lm" --out "$LSTM_DIR"
+fi
+
+if run_stage 3 && [ "$BWD" = 1 ] && [ ! -s "$BWD_DIR/best/model.safetensors" ]; then
+  log "stage 3: training the backward LSTM (the books with each line's words reversed)"
+  rev=$EXP/lm/books_by_book_reversed.txt  # BWD_CONF's data.path
+  [ -s "$rev" ] || { awk 'NF == 0 { print; next }
+    { for (i = NF; i > 1; i--) printf "%s ", $i; print $1 }' "$EXP/lm/books_by_book.txt" \
+    > "$rev.tmp" && mv "$rev.tmp" "$rev"; }
+  timed backward "$RESCORER" train "$BWD_CONF" --data-dir "$EXP/lm" --out "$BWD_DIR"
 fi
 
 if run_stage 3 && [ "$CUE" = 1 ] && { [ ! -s "$CUE_MODEL/model.safetensors" ] ||
@@ -296,6 +313,27 @@ if run_stage 4 && [ "$CTX" = 1 ]; then
     "$EXP/context/dev_other.cache_references.jsonl"
 fi
 
+# Backward rows (BWD=1, with CTX=1): the backward LSTM (`bwd`) added to the lists of the neural
+# cache rows, which hold the twin (`nb`) and its neural cache (`nbn`): does the right context a
+# forward model never sees add to it?
+SCORED_BWD=${SCORED}_bwd
+if run_stage 4 && [ "$BWD" = 1 ]; then
+  [ "$CTX" = 1 ] || { log "BWD=1 needs CTX=1 (its rows pair the backward LSTM with the twin)"; exit 2; }
+  [ -s "$BWD_DIR/best/model.safetensors" ] || { log "BWD=1: no checkpoint at $BWD_DIR/best"; exit 1; }
+  "$PY" -c 'import sys; from rescorer.lms.reverse import ReverseSpec
+ReverseSpec(sys.argv[2]).save(sys.argv[1])' "$EXP/context/backward.json" \
+    "bwd=torch:$(realpath "$BWD_DIR/best")"
+  mkdir -p "$SCORED_BWD"
+  for set in $SETS; do
+    out=$SCORED_BWD/$set.jsonl
+    [ -s "$out" ] && continue
+    log "stage 4: scoring $set with the backward LSTM"
+    timed "score_bwd_$set" "$RESCORER" -q score --nbest "$SCORED_NC/$set.jsonl" \
+      --lm "bwd=reverse:$EXP/context/backward.json" --out "$out" 2> "$SCORED_BWD/$set.log"
+  done
+  ppl_given backward "reverse:$EXP/context/backward.json"
+fi
+
 # CUE rows (CUE=1): the control decoder (`cun`), the CUE model given each utterance's previous
 # utterance (its first-pass 1-best) as the field `prev` (`cu`), and the same model with no
 # context (`cu0`, its empty-context vector).
@@ -359,6 +397,15 @@ if [ "$CTX" = 1 ]; then
     "4CG_all_previous_4gram_cache|decoder,ctc,lm,4gram,4gram_oov,$CF,4gk|--length|$SCORED_CACHE"
     "3NN_lstm_neural_cache|decoder,ctc,${NB//nb/nbn}|--no-length|$SCORED_NC"
     "4NN_all_neural_cache|decoder,ctc,lm,4gram,4gram_oov,${NB//nb/nbn}|--length|$SCORED_NC"
+  )
+fi
+if [ "$BWD" = 1 ]; then
+  SYSTEMS+=(
+    "3BO_backward_only|decoder,ctc,bwd$(oov_of "$BWD_DIR/best" bwd)|--no-length|$SCORED_BWD"
+    "3B_lstm_backward|decoder,ctc,$NB,bwd|--no-length|$SCORED_BWD"
+    "4B_all_backward|decoder,ctc,lm,4gram,4gram_oov,$NB,bwd|--length|$SCORED_BWD"
+    "3BN_lstm_neural_cache_backward|decoder,ctc,${NB//nb/nbn},bwd|--no-length|$SCORED_BWD"
+    "4BN_all_neural_cache_backward|decoder,ctc,lm,4gram,4gram_oov,${NB//nb/nbn},bwd|--length|$SCORED_BWD"
   )
 fi
 
@@ -448,8 +495,9 @@ if run_stage 7; then
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
     $([ "$CTX" = 1 ] && echo --context) $([ "$CUE" = 1 ] && echo --cue) \
+    $([ "$BWD" = 1 ] && echo --backward) --bwd-dir "$BWD_DIR" \
     --cue-model "$CUE_MODEL" --cue-base "$CUE_BASE" \
     --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "bash recipes/librispeech_nbest/run.sh" \
-    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS NCACHE_THETA=$NCACHE_THETA NCACHE_LAMBDA=$NCACHE_LAMBDA CUE=$CUE$([ "$CUE" = 1 ] && echo " CUE_CONF=$(realpath --relative-to="$HERE" "$CUE_CONF") CUE_MODEL=$(realpath --relative-to="$HERE" "$CUE_MODEL") CUE_BASE=$(realpath --relative-to="$HERE" "$CUE_BASE") CUE_K=$CUE_K")" \
+    --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS NCACHE_THETA=$NCACHE_THETA NCACHE_LAMBDA=$NCACHE_LAMBDA BWD=$BWD$([ "$BWD" = 1 ] && echo " BWD_CONF=$(realpath --relative-to="$HERE" "$BWD_CONF") BWD_DIR=$(realpath --relative-to="$HERE" "$BWD_DIR")") CUE=$CUE$([ "$CUE" = 1 ] && echo " CUE_CONF=$(realpath --relative-to="$HERE" "$CUE_CONF") CUE_MODEL=$(realpath --relative-to="$HERE" "$CUE_MODEL") CUE_BASE=$(realpath --relative-to="$HERE" "$CUE_BASE") CUE_K=$CUE_K")" \
     --title "$TITLE"
 fi

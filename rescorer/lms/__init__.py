@@ -3,7 +3,7 @@
 :mod:`rescorer.lms.contract` defines :class:`~rescorer.lms.contract.LanguageModel` and
 :class:`~rescorer.lms.contract.LMSpec`; each kind's adapter is a module here (``kenlm``,
 ``torch``, ``onnx``, ``fnlm``, ``cue``, ``lbl``, ``mixture``, ``cache``, ``neural_cache``,
-``hf``) with a loader
+``reverse``, ``hf``) with a loader
 ``(spec, options) -> LanguageModel``. :data:`LOADERS` is the plain dict from kind to loader,
 named as ``"module:function"`` so that an adapter (and torch, or onnxruntime) is imported only
 when a model of its kind is loaded. Add a kind by adding an entry (a callable works too).
@@ -29,6 +29,7 @@ LOADERS: dict[str, str | Loader] = {
     "mix": "rescorer.lms.mixture:load_mixture",
     "ncache": "rescorer.lms.neural_cache:load_neural_cache",
     "cache": "rescorer.lms.cache:load_cache_lm",
+    "reverse": "rescorer.lms.reverse:load_reverse_lm",
     "onnx": "rescorer.lms.onnx:load_onnx_lm",
     "hf": "rescorer.lms.hf:load_hf_lm",
 }

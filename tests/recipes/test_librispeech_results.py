@@ -77,6 +77,17 @@ def test_row_4g_shows_with_either_context_flag_and_the_others_with_their_own() -
     assert shown[(True, True)] == shown[(True, False)] | shown[(False, True)]
 
 
+def test_backward_rows_show_with_their_flag_only() -> None:
+    m = results_module()
+    folders = {key: folder for key, _, folder in m.SYSTEMS}
+    assert set(folders) >= m.BACKWARD_ROWS
+    assert all("backward" in folders[key] for key in m.BACKWARD_ROWS)
+    for flags in ((False, False), (True, False), (False, True), (True, True)):
+        assert not m.BACKWARD_ROWS & {k for k in folders if m.row_shown(k, *flags)}
+    shown = {k for k in folders if m.row_shown(k, True, False, True)}
+    assert shown >= m.BACKWARD_ROWS | m.CONTEXT_ROWS and not shown & {"3U", "4UG"}
+
+
 def test_wall_time_counts_a_stage_run_again_once_with_its_latest_time(tmp_path) -> None:
     (tmp_path / "times.tsv").write_text("ngram\t30\nscore_ctx\t80\ntune\t5\nscore_ctx\t300\n")
     got = results_module().wall_time(tmp_path)

@@ -98,6 +98,20 @@ SYSTEMS = [
         "  4NN, second pass: caches from 4NN's 1-best of the previous utterances (4NN's weights)",
         "4NN2_all_neural_cache_second_pass",
     ),
+    ("3BO", "decoder + ctc + our backward LSTM (alone)", "3BO_backward_only"),
+    ("3B", "decoder + ctc + our LSTM (no context) + our backward LSTM", "3B_lstm_backward"),
+    ("4B", "all + our LSTM (no context) + our backward LSTM", "4B_all_backward"),
+    (
+        "3BN",
+        "decoder + ctc + our LSTM with a neural cache of the previous utterances + our backward "
+        "LSTM",
+        "3BN_lstm_neural_cache_backward",
+    ),
+    (
+        "4BN",
+        "all + our LSTM with a neural cache of the previous utterances + our backward LSTM",
+        "4BN_all_neural_cache_backward",
+    ),
     ("3UN", "decoder + ctc + our CUE control (trained with no context)", "3UN_cue_nocontext"),
     (
         "3U0",
@@ -132,10 +146,15 @@ CONTEXT_ROWS = frozenset(
 # The CUE rows (run.sh with CUE=1), in the table only with --cue. Row 4G (the 4-gram's cache,
 # no neural LM) belongs to both: either flag shows it.
 CUE_ROWS = frozenset({"3UN", "3U0", "3U", "4UN", "4U0", "4U", "4U2", "4G", "4UG"})
+# The backward LSTM's rows (run.sh with BWD=1), in the table only with --backward.
+BACKWARD_ROWS = frozenset({"3BO", "3B", "4B", "3BN", "4BN"})
 
 
-def row_shown(key: str, context: bool, cue: bool) -> bool:
-    """Whether row ``key`` goes in a table written with (or without) --context and --cue."""
+def row_shown(key: str, context: bool, cue: bool, backward: bool = False) -> bool:
+    """Whether row ``key`` goes in a table written with (or without) --context, --cue and
+    --backward."""
+    if key in BACKWARD_ROWS:
+        return backward
     if key not in CONTEXT_ROWS and key not in CUE_ROWS:
         return True
     return (context and key in CONTEXT_ROWS) or (cue and key in CUE_ROWS)
@@ -170,6 +189,15 @@ COMPARISONS = [
     ("3N", "3NN"),
     ("4N", "4NN"),
     ("4NN", "4NN2"),
+    ("3N", "3BO"),
+    ("3N", "3B"),
+    ("3", "3B"),
+    ("4N", "4B"),
+    ("4", "4B"),
+    ("3NN", "3BN"),
+    ("3", "3BN"),
+    ("4NN", "4BN"),
+    ("4", "4BN"),
     ("3UN", "3U"),
     ("3U0", "3U"),
     ("4", "4UN"),
@@ -195,6 +223,7 @@ PPL_VARIANTS = [  # (file stem under EXP/context, description)
         "ncache_references",
         "the twin with a neural cache of the chapter's earlier references (upper bound)",
     ),
+    ("backward", "the backward LSTM (no context; each sentence read right to left)"),
 ]
 CUE_PPL_VARIANTS = [
     ("cue_twin", "the CUE control (trained with no context)"),
@@ -360,6 +389,24 @@ def context_lines(exp: Path, ctx_model: Path, ctx_base: Path) -> list[str]:
             "the lowest perplexity); in place of the twin's own score."
         )
     return lines + ppl_table(exp, PPL_VARIANTS)
+
+
+def backward_lines(exp: Path, bwd_dir: Path) -> list[str]:
+    """The backward LSTM of rows 3BO-4BN, when the recipe used one."""
+    if not (bwd_dir / "best" / "training.json").exists() or not (exp / "3B_lstm_backward").is_dir():
+        return []
+    run = TrainingSummary.of(bwd_dir)
+    model = run.config["model"]
+    return [
+        f"- Our backward LSTM (rows 3BO, 3B, 4B, 3BN, 4BN; `reverse:`, rescorer/lms/reverse.py): "
+        f"e={model['embed_dim']}, d={model['hidden_dim']}, {model['num_layers']} layer(s), "
+        f"{run.vocab_size:,} {run.units}, {run.output}; {run.parameters / 1e6:.1f} M parameters; "
+        f"trained on the same books with each line's words reversed and scoring each hypothesis "
+        f"right to left, log P(w_1..w_n) = sum_i log p(w_i | w_(i+1)..w_n) + log p(<s> | "
+        f"w_1..w_n). {run.training_words()}; best dev perplexity {run.dev_ppl:.1f} (epoch "
+        f"{run.best_epoch}; {held_out(run.config['data'])}). Its feature `bwd` sits beside the "
+        f"twin's `nb` (or the neural cache's `nbn`); row 3BO takes it alone, in the twin's place."
+    ]
 
 
 def ppl_table(exp: Path, variants: list[tuple[str, str]]) -> list[str]:
@@ -655,6 +702,8 @@ def main() -> None:
     ap.add_argument(
         "--cue", action="store_true", help="the rows of the CUE model and its control (CUE=1)"
     )
+    ap.add_argument("--backward", action="store_true", help="the rows of the backward LSTM (BWD=1)")
+    ap.add_argument("--bwd-dir", type=Path, default=None, help="default: EXP/bwd/backward")
     ap.add_argument("--command", required=True)
     ap.add_argument("--settings", default="")
     ap.add_argument("--title", default="LibriSpeech N-best rescoring: results")
@@ -674,7 +723,7 @@ def main() -> None:
         x
         for x in SYSTEMS
         if (x[2] is None or (args.exp / x[2] / "dev_other").is_dir())
-        and row_shown(x[0], args.context, args.cue)
+        and row_shown(x[0], args.context, args.cue, args.backward)
     ]
     keys = {x[0] for x in systems}
     comparisons = [(a, b) for a, b in COMPARISONS if a in keys and b in keys]
@@ -774,6 +823,11 @@ def main() -> None:
                 args.cue_base or args.exp / "cue" / "runs" / "t3_none" / "model",
             )
             if args.cue
+            else []
+        ),
+        *(
+            backward_lines(args.exp, args.bwd_dir or args.exp / "bwd" / "backward")
+            if args.backward
             else []
         ),
         *reach_text,
