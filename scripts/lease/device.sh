@@ -7,7 +7,9 @@
 #       train each CONF (an LSTM config) in the background, detached, as .lease/exp/NAME,
 #       with train.max_seconds = SECONDS (no epoch starts after it; the last one is saved);
 #       a NAME started again on a warm machine resumes from its last epoch, its log appended;
-#       @INIT: a new run starts from that checkpoint's weights (`rescorer train --init`)
+#       @INIT: a new run starts from that checkpoint's weights (`rescorer train --init`);
+#       a CONF whose data.path is NAME_reversed.txt gets NAME.txt with each line's words
+#       reversed (a backward model's text, made here once)
 #   bash scripts/lease/device.sh wait SECONDS   until every job has ended or SECONDS passed
 #   bash scripts/lease/device.sh status         each job's last log lines and the GPU
 #   bash scripts/lease/device.sh pack NAME...   best/ of each job in fp16, cut into parts
@@ -35,6 +37,17 @@ unpack_data() {  # the carried text, gunzipped once
   done
 }
 
+# reversed_text PATH: a config's data file named NAME_reversed.txt, made from NAME.txt (carried)
+# with each line's words in reverse order: the text of a backward model (`reverse:`)
+reversed_text() {
+  local path=$L/data/$1
+  [[ $1 == *_reversed.txt ]] && [ ! -s "$path" ] || return 0
+  local src=${path%_reversed.txt}.txt
+  [ -s "$src" ] || { echo "device.sh: $1 needs $src to reverse" >&2; exit 2; }
+  awk 'NF == 0 { print; next } { for (i = NF; i > 1; i--) printf "%s ", $i; print $1 }' \
+    "$src" > "$path.tmp" && mv "$path.tmp" "$path"
+}
+
 case "${1:-}" in
 start)
   seconds=$2; shift 2
@@ -42,7 +55,8 @@ start)
   for job in "$@"; do
     name=${job%%=*}; conf=${job#*=}; init=
     if [[ $conf == *@* ]]; then init=${conf#*@}; conf=${conf%%@*}; fi
-    "$PY" - "$conf" "$L/run/$name.json" "$seconds" "${LEASE_SMOKE:-0}" "${EPOCHS:-}" <<'PYEOF'
+    data_path=$("$PY" - "$conf" "$L/run/$name.json" "$seconds" "${LEASE_SMOKE:-0}" \
+      "${EPOCHS:-}" <<'PYEOF'
 import json, sys
 src, dst, seconds, smoke = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] == "1"
 cfg = json.load(open(src))
@@ -59,7 +73,10 @@ if smoke:  # the same data path and kind of model, tiny and short
         cfg["model"]["shortlist"] = 200
     cfg["train"].update(batch_tokens=1024, max_steps_per_epoch=3, epochs=2, device="cpu")
 json.dump(cfg, open(dst, "w"), indent=1)
+print(cfg["data"].get("path", ""))
 PYEOF
+    )
+    reversed_text "$data_path"
     log=$L/exp/$name.log
     echo "$(stamp) start $name ($conf${init:+ from $init}, ${seconds}s) -> $log"
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} setsid nohup "$PY" -m rescorer train \

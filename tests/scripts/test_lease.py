@@ -49,6 +49,28 @@ def device_tree(tmp_path: Path, lines: int, dim: int) -> Path:
     return root
 
 
+def test_a_reversed_data_path_is_made_from_the_carried_text(tmp_path: Path) -> None:
+    root = device_tree(tmp_path, 40, 8)
+    conf = json.loads((root / "word.json").read_text())
+    conf["data"]["path"] = "books_reversed.txt"
+    conf["train"]["epochs"] = 1
+    (root / "bwd.json").write_text(json.dumps(conf))
+    start = sh("bash", "scripts/lease/device.sh", "start", 60, "b=bwd.json", cwd=root)
+    assert start.returncode == 0, start.stderr
+    data = root / ".lease" / "data"
+    forward = (data / "books.txt").read_text().splitlines()
+    backward = (data / "books_reversed.txt").read_text().splitlines()
+    assert backward == [" ".join(line.split()[::-1]) for line in forward]
+    assert backward != forward
+    waited = sh("bash", "scripts/lease/device.sh", "wait", 240, cwd=root)
+    assert "== b (ended)" in waited.stdout, waited.stdout + waited.stderr
+    assert (root / ".lease" / "exp" / "b" / "best" / "model.safetensors").is_file()
+    (root / "none.json").write_text(json.dumps({**conf, "data": {**conf["data"],
+                                                "path": "novels_reversed.txt"}}))  # fmt: skip
+    missing = sh("bash", "scripts/lease/device.sh", "start", 60, "n=none.json", cwd=root)
+    assert missing.returncode == 2 and "novels.txt to reverse" in missing.stderr
+
+
 def test_start_wait_pack_send_unpack_round_trip(tmp_path: Path) -> None:
     root = device_tree(tmp_path, 300, 48)
     start = sh("bash", "scripts/lease/device.sh", "start", 3, "w=word.json", cwd=root)
