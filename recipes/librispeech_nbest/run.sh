@@ -492,12 +492,16 @@ fi
 
 if run_stage 7; then
   log "stage 7: results table"
+  command="bash recipes/librispeech_nbest/run.sh"  # with the places that are not the defaults
+  [ "$RESULTS" = "$HERE/RESULTS.md" ] ||
+    command="RESULTS=$(realpath --relative-to="$HERE" "$RESULTS") $command"
+  [ "$EXP" = "$HERE/exp" ] || command="EXP=$(realpath --relative-to="$HERE" "$EXP") $command"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
     --lstm-dir "$LSTM_DIR" --lstm-every "$LSTM_EVERY" --ctx-model "$CTX_MODEL" --ctx-base "$CTX_BASE" \
     $([ "$CTX" = 1 ] && echo --context) $([ "$CUE" = 1 ] && echo --cue) \
     $([ "$BWD" = 1 ] && echo --backward) --bwd-dir "$BWD_DIR" \
     --cue-model "$CUE_MODEL" --cue-base "$CUE_BASE" \
-    --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "bash recipes/librispeech_nbest/run.sh" \
+    --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "$command" \
     --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS NCACHE_THETA=$NCACHE_THETA NCACHE_LAMBDA=$NCACHE_LAMBDA BWD=$BWD$([ "$BWD" = 1 ] && echo " BWD_CONF=$(realpath --relative-to="$HERE" "$BWD_CONF") BWD_DIR=$(realpath --relative-to="$HERE" "$BWD_DIR")") CUE=$CUE$([ "$CUE" = 1 ] && echo " CUE_CONF=$(realpath --relative-to="$HERE" "$CUE_CONF") CUE_MODEL=$(realpath --relative-to="$HERE" "$CUE_MODEL") CUE_BASE=$(realpath --relative-to="$HERE" "$CUE_BASE") CUE_K=$CUE_K")" \
     --title "$TITLE"
 fi
