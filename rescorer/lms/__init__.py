@@ -53,6 +53,15 @@ def resolve_spec(spec: str, folder: Path) -> LMSpec:
     return LMSpec(parsed.name, parsed.kind, folder / parsed.path)
 
 
+def base_spec(data: Mapping[str, Any], path: Path) -> str:
+    """The ``"base"`` model spec of a wrapper model's file (cache, neural cache, reverse), a
+    string, else :class:`~rescorer.core.errors.InputError` naming ``path``; parsed on loading."""
+    from rescorer.core.json_input import json_string
+
+    what = '"base" (a model spec such as "torch:exp/lstm/best")'
+    return json_string(data.get("base"), path, None, what)
+
+
 def load_inner(spec: str, outer: LMSpec, options: Mapping[str, Any]) -> LanguageModel:
     """Load a model named inside another model's file (a mixture's components, a cache's base):
     its path resolved against the file's folder, ``options`` passed on, and nesting deeper than

@@ -50,7 +50,7 @@ from rescorer.core.constants import EOS
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import write_format_json
-from rescorer.lms import load_inner, parse_spec
+from rescorer.lms import base_spec, load_inner, parse_spec
 from rescorer.lms.base import TokenSumLM, check_advance
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
@@ -85,13 +85,8 @@ class CacheSpec:
     def load(cls, path: str | Path) -> CacheSpec:
         path = Path(path)
         data = read_format_json(path, FORMAT, VERSION)
-        base, field, min_chars = (
-            data.get("base"),
-            data.get("field", "previous"),
-            data.get("min_chars", 0),
-        )
-        if not isinstance(base, str):
-            raise InputError('expected "base": a model spec such as "torch:exp/lstm/best"', path)
+        base = base_spec(data, path)
+        field, min_chars = data.get("field", "previous"), data.get("min_chars", 0)
         if not isinstance(field, str) or not isinstance(min_chars, int):
             raise InputError('expected "field" a string and "min_chars" an integer', path)
         try:

@@ -48,7 +48,7 @@ from rescorer.core.context_key import ContextKey, history_lines
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import write_format_json
-from rescorer.lms import load_inner, parse_spec
+from rescorer.lms import base_spec, load_inner, parse_spec
 from rescorer.lms.contract import LMSpec
 from rescorer.lms.torch import TorchLM
 
@@ -104,10 +104,8 @@ class NeuralCacheSpec:
     def load(cls, path: str | Path) -> NeuralCacheSpec:
         path = Path(path)
         data = read_format_json(path, FORMAT, VERSION)
-        base, field = data.get("base"), data.get("field", "cache")
+        base, field = base_spec(data, path), data.get("field", "cache")
         max_words = data.get("max_words", DEFAULT_MAX_WORDS)
-        if not isinstance(base, str):
-            raise InputError('expected "base": a model spec such as "torch:exp/lstm/best"', path)
         if not isinstance(field, str):
             raise InputError('expected "field": the name of a context field', path)
         try:

@@ -43,7 +43,7 @@ import numpy as np
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import read_format_json
 from rescorer.core.output import write_format_json
-from rescorer.lms import load_inner, parse_spec
+from rescorer.lms import base_spec, load_inner, parse_spec
 from rescorer.lms.contract import Context, LanguageModel, LMSpec
 
 logger = logging.getLogger(__name__)
@@ -68,11 +68,7 @@ class ReverseSpec:
     @classmethod
     def load(cls, path: str | Path) -> ReverseSpec:
         path = Path(path)
-        base = read_format_json(path, FORMAT, VERSION).get("base")
-        if not isinstance(base, str):
-            raise InputError(
-                'expected "base": a model spec such as "torch:exp/backward/best"', path
-            )
+        base = base_spec(read_format_json(path, FORMAT, VERSION), path)
         try:
             return cls(base)
         except ValueError as err:
@@ -115,14 +111,17 @@ class ReverseLM:
         """The base's flags, one per word in the order the words were given."""
         return [flags[::-1].copy() for flags in self.base.oov_flags(reversed_words(sentences))]
 
-    def start(self, context: Context | None = None) -> Any:
-        raise ValueError(
+    def _whole_sentences_only(self) -> ValueError:
+        return ValueError(
             f"{self.name}: a backward (reverse:) model scores whole sentences only; it cannot "
             "predict the next word or score a sentence as it is typed"
         )
 
+    def start(self, context: Context | None = None) -> Any:
+        raise self._whole_sentences_only()
+
     def advance(self, states: Sequence[Any], tokens: Sequence[str]) -> tuple[np.ndarray, list]:
-        return self.start()
+        raise self._whole_sentences_only()
 
     @property
     def stats(self) -> Any:
