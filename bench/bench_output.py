@@ -23,7 +23,7 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -93,14 +93,22 @@ def make_model(corpus: Corpus, layout: str, seed: int) -> ContextLSTM:
     return ContextLSTM(cfg)
 
 
+# (corpus, name, seed) -> a model to train: here a layout, in bench_arch.py an architecture
+ModelFactory = Callable[[Corpus, str, int], torch.nn.Module]
+
+
 def throughput(
-    corpus: Corpus, layouts: Sequence[str], rows: Sequence[int], rounds: int
+    corpus: Corpus,
+    layouts: Sequence[str],
+    rows: Sequence[int],
+    rounds: int,
+    factory: ModelFactory | None = None,
 ) -> dict[str, float]:
     """Median training tokens/s per layout over ``rounds`` interleaved rounds."""
     batches = list(corpus.batches(rows, 64, 40))
     runs = {}
     for layout in layouts:
-        model = make_model(corpus, layout, seed=0)
+        model = (factory or make_model)(corpus, layout, 0)
         runs[layout] = (LossModule(model), torch.optim.Adam(model.parameters(), lr=1e-3))
     rates: dict[str, list[float]] = {name: [] for name in layouts}
     tokens = sum(float(m.sum()) for _, _, m in batches)
@@ -119,7 +127,7 @@ def throughput(
 
 
 @torch.no_grad()
-def dev_perplexity(model: ContextLSTM, corpus: Corpus, rows: Sequence[int]) -> float:
+def dev_perplexity(model: torch.nn.Module, corpus: Corpus, rows: Sequence[int]) -> float:
     model.eval()
     total, tokens = 0.0, 0.0
     for x, y, mask in corpus.batches(rows, 128, 60):
@@ -135,11 +143,13 @@ def same_time_perplexity(
     train_rows: Sequence[int],
     dev_rows: Sequence[int],
     seconds: float,
+    factory: ModelFactory | None = None,
+    lr: float = 2e-3,
 ) -> tuple[float, int]:
     """Dev perplexity after ``seconds`` of training (and the tokens trained on)."""
-    model = make_model(corpus, layout, seed=0)
+    model = (factory or make_model)(corpus, layout, 0)
     loss_module = LossModule(model)
-    opt = torch.optim.Adam(model.parameters(), lr=2e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     t0, seen = time.perf_counter(), 0
     for x, y, mask in corpus.batches(train_rows, 64, 40):
         loss = loss_module(x, y, mask, None)

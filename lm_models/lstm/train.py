@@ -76,6 +76,7 @@ from lm_models.training import (
     Step,
     fit,
 )
+from lm_models.transformer.model import CausalTransformerLM, TransformerConfig
 from lm_models.vocab import Vocabulary
 from lm_models.word_classes import frequency_classes, shortlist_classes
 from rescorer.core.output import atomic_dir, clean_stale
@@ -83,6 +84,9 @@ from rescorer.core.output import atomic_dir, clean_stale
 logger = logging.getLogger(__name__)
 
 # -- configuration ----------------------------------------------------------------------------
+
+ARCHS = ("lstm", "transformer")  # ModelOptions.arch
+WordModel = ContextLSTM | CausalTransformerLM  # what build_model makes
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,22 @@ class ModelOptions:
     shortlist: int = 0
     # Nonlinearity of the context embedding: "relu" (the paper, section 2.1) or "none".
     context_activation: str = "relu"
+    # The body: "lstm" (the paper's), or "transformer", a small causal Transformer over the same
+    # embedding and output layer (lm_models.transformer; mode "unadapted" only). For the
+    # transformer, hidden_dim is its width, num_layers its blocks, dropout its dropout.
+    arch: str = "lstm"
+    # Transformer only: attention heads, feed-forward width, longest input (<s> and the units).
+    heads: int = 4
+    ffn_dim: int = 1024
+    max_positions: int = 256
 
     def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.arch == "transformer" and self.mode != "unadapted":
+            raise ValueError(
+                f'arch "transformer" takes no context: mode must be "unadapted", got {self.mode!r}'
+            )
         for name in ("num_classes", "shortlist"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -231,7 +249,36 @@ def model_config(cfg: TrainConfig, data: PreparedData) -> LSTMConfig:
     )
 
 
-def parameter_groups(model: ContextLSTM, opts: TrainOptions) -> list[dict[str, Any]]:
+def transformer_config(cfg: TrainConfig, data: PreparedData) -> TransformerConfig:
+    m = cfg.model
+    if cfg.data.history:
+        raise ValueError('arch "transformer" reads no history text: data.history must be off')
+    if cfg.data.max_len is None or cfg.data.max_len + 1 > m.max_positions:
+        raise ValueError(
+            f"model.max_positions ({m.max_positions}) must be at least data.max_len + 1 "
+            f"({cfg.data.max_len + 1}: <s> and the units)"
+        )
+    return TransformerConfig(
+        vocab_size=len(data.vocab),
+        embed_dim=m.embed_dim,
+        hidden_dim=m.hidden_dim,
+        num_layers=m.num_layers,
+        heads=m.heads,
+        ffn_dim=m.ffn_dim,
+        max_positions=m.max_positions,
+        dropout=m.dropout,
+        word_classes=tuple(word_classes_of(data.vocab, m.num_classes, m.shortlist)),
+    )
+
+
+def build_model(cfg: TrainConfig, data: PreparedData) -> WordModel:
+    """The model ``cfg.model.arch`` names, sized for ``data``."""
+    if cfg.model.arch == "transformer":
+        return CausalTransformerLM(transformer_config(cfg, data))
+    return ContextLSTM(model_config(cfg, data))
+
+
+def parameter_groups(model: WordModel, opts: TrainOptions) -> list[dict[str, Any]]:
     """Adam's parameter groups: everything at ``lr``, the FactorCell's Z_L/Z_R at
     ``lr * adapt_lr_scale`` (weight decay ``adapt_weight_decay``) and, when ``bias_lr_scale`` is
     not 1 or ``bias_weight_decay`` not 0, the context's softmax biases at ``lr * bias_lr_scale``
@@ -275,7 +322,7 @@ def word_classes_of(vocab: Vocabulary, num_classes: int, shortlist: int = 0) -> 
 class LossModule(nn.Module):
     """Mean per-token negative log-likelihood of a batch; what DDP wraps."""
 
-    def __init__(self, model: ContextLSTM):
+    def __init__(self, model: WordModel):
         super().__init__()
         self.model = model
 
@@ -306,7 +353,7 @@ class LossModule(nn.Module):
 
 @torch.no_grad()
 def evaluate(
-    model: ContextLSTM,
+    model: WordModel,
     examples: Sequence[Example],
     device: torch.device,
     batch_tokens: int,
@@ -404,7 +451,7 @@ def train(
         if kept is not None:
             kept.check_same(data.asr_tokens)
     pad_id = data.vocab.eos_id
-    model = ContextLSTM(model_config(cfg, data)).to(device)
+    model = build_model(cfg, data).to(device)
     seed_process(opts.seed, world)  # dropout: each process its own draws
     # The fused update: one kernel over all parameters (8% of a CPU step at V = 50k).
     optimizer = torch.optim.Adam(
@@ -526,7 +573,7 @@ def train(
             max_steps_per_epoch=opts.max_steps_per_epoch,
             grad_clip=opts.grad_clip if opts.grad_clip > 0 else None,
             progress=progress and world.is_main,
-            name="LSTM",
+            name="LSTM" if cfg.model.arch == "lstm" else "Transformer",
             max_seconds=opts.max_seconds,
             prefetch=opts.prefetch,
         ),
@@ -572,7 +619,7 @@ def read_init(init: Path) -> InitCheckpoint:
     return InitCheckpoint(init, model, tokens)
 
 
-def start_from(model: ContextLSTM, start: InitCheckpoint, tokens: Sequence[str]) -> None:
+def start_from(model: WordModel, start: InitCheckpoint, tokens: Sequence[str]) -> None:
     """Load ``start``'s weights into ``model``, a new run's first state, after checking that
     both have the same units and the same parameters."""
     init, prev_model, prev_tokens = start.path, start.model, start.tokens
@@ -601,7 +648,7 @@ def start_from(model: ContextLSTM, start: InitCheckpoint, tokens: Sequence[str])
 
 
 def _fall_back_to_best(
-    best: Path, model: ContextLSTM, device: torch.device, err: Exception
+    best: Path, model: WordModel, device: torch.device, err: Exception
 ) -> dict[str, Any]:
     """Resume from ``best/`` when ``last/`` cannot be read: its weights, a fresh optimizer, and
     the epoch count and log ``best/training.json`` records. No usable ``best/`` either: the
@@ -635,7 +682,7 @@ def _fall_back_to_best(
 
 def _save_last(
     last: Path,
-    model: ContextLSTM,
+    model: WordModel,
     optimizer: torch.optim.Optimizer,
     vocab_tokens: Sequence[str],
     meta: Mapping[str, Any],

@@ -52,6 +52,10 @@ A neural cache (``ncache:``, :mod:`rescorer.lms.neural_cache`, attached with
 field groups sentences like any context (one memory per utterance, the forest batched as above),
 and each scored (node, word) pair takes its root's memory.
 
+A causal Transformer checkpoint (:mod:`lm_models.transformer`, no context) is scored the same
+way: its state is the key/value cache of the positions read, which grows by one position per
+depth, so the nodes of one depth stack into one batch as the LSTM's states do.
+
 All scores are natural-log probabilities.
 """
 
@@ -71,6 +75,7 @@ from torch import Tensor
 from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
 from lm_models.lstm.model import AdaptedWeights, ContextLSTM
 from lm_models.tokenizer import SubwordTokenizer
+from lm_models.transformer.model import CausalTransformerLM
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.core.context_key import (
     ContextField,
@@ -142,7 +147,9 @@ class TorchLMState:
 
 
 class TorchLM(WordLM):
-    """A :class:`lm_models.lstm.model.ContextLSTM` checkpoint behind the LanguageModel contract.
+    """A :class:`lm_models.lstm.model.ContextLSTM` (or a context-free
+    :class:`lm_models.transformer.model.CausalTransformerLM`) checkpoint behind the
+    LanguageModel contract.
 
     ``path`` is a checkpoint folder; ``device`` None or ``auto`` picks CUDA when available;
     ``case`` maps words into the vocabulary (``auto`` decides from the first sentences scored);
@@ -174,9 +181,10 @@ class TorchLM(WordLM):
         self.device = resolve_device(device)
         logger.info("loading torch checkpoint %s on %s", path, self.device)
         model, tokens, meta = load_checkpoint(path, self.device)
-        if not isinstance(model, ContextLSTM):
+        if not isinstance(model, ContextLSTM | CausalTransformerLM):
             raise ValueError(
-                f"{path}: a {type(model).__name__} checkpoint; TorchLM scores ContextLSTM models"
+                f"{path}: a {type(model).__name__} checkpoint; TorchLM scores ContextLSTM and "
+                "CausalTransformerLM models"
             )
         if tuple(tokens[:3]) != SPECIAL_TOKENS:
             raise ValueError(
@@ -214,7 +222,7 @@ class TorchLM(WordLM):
 
     # -- vocabulary and case ---------------------------------------------------------------------
     @property
-    def model(self) -> ContextLSTM:
+    def model(self) -> ContextLSTM | CausalTransformerLM:
         """The loaded model (eval mode)."""
         return self._model
 
@@ -258,11 +266,8 @@ class TorchLM(WordLM):
         The histories run together one position at a time, each row only while it has units
         left; with weights adapted to several contexts (``weights.rows``), row i is context i.
         """
-        cfg = self._model.config
         n, device = len(keys), self.device
-        shape = (cfg.num_layers, n, cfg.hidden_dim)
-        h = torch.zeros(shape, dtype=self._model.b_out.dtype, device=device)
-        m = torch.zeros_like(h)
+        h, m = self._model.init_state(n)
         histories = [self._history_ids(key) for key in keys]
         longest = max((len(x) for x in histories), default=0)
         if longest == 0:
@@ -451,9 +456,7 @@ class TorchLM(WordLM):
             h_prev, m_prev = self._history_states([key for key, _ in forest], weights)
             parents[0] = list(range(n_ctx))
         else:
-            layers, hidden = model.config.num_layers, model.config.hidden_dim
-            h_prev = torch.zeros(layers, 1, hidden, dtype=model.b_out.dtype, device=device)
-            m_prev = torch.zeros_like(h_prev)
+            h_prev, m_prev = model.init_state(1)
         vocab = len(self.vocab_tokens)
         cache = self.cache
         memories = [cache.memory(self, key) for key, _ in forest] if cache is not None else []
@@ -540,11 +543,13 @@ class TorchLM(WordLM):
         """One unit per state: its log-probability after the state, and the states after it."""
         out = np.empty(len(target_ids), dtype=np.float64)
         new_states: list[TorchLMState | None] = [None] * len(target_ids)
-        groups: dict[ContextKey, list[int]] = {}
+        # Grouped by context and by the state's shape: a Transformer's cache grows with the
+        # positions read, so only states of sentences equally far along stack into one batch.
+        groups: dict[tuple[ContextKey, tuple[int, ...]], list[int]] = {}
         for i, state in enumerate(states):
-            groups.setdefault(state.context, []).append(i)
+            groups.setdefault((state.context, tuple(state.h.shape)), []).append(i)
         with torch.inference_mode():
-            for key, members in groups.items():
+            for (key, _), members in groups.items():
                 h0 = torch.stack([states[i].h for i in members], dim=1)  # (layers, n, d)
                 m0 = torch.stack([states[i].m for i in members], dim=1)
                 inp = torch.tensor(

@@ -1,0 +1,149 @@
+"""LSTM or small causal Transformer for the LibriSpeech LM: which is better per CPU-hour?
+
+Issue 15 asks for the architecture to be chosen from measurements. The same training batches of
+the recipe's novels, the same vocabulary (V = 50k) and the same exact class-factored output
+layer (the 2,000 most frequent words each a class, the rest in 8 clusters) under:
+
+- ``lstm``: the recipe's CPU LSTM (Unadapted, e=128, d=256, one layer;
+  `conf/context_cpu/word.json`);
+- ``transformer:L``: a pre-norm causal Transformer of L blocks, d=256, 4 heads, feed-forward
+  1024, on the same tied e=128 embedding (`lm_models/transformer/model.py`).
+
+Measured in one run, one thread, as ratios:
+
+  1. training tokens/s (forward, backward, Adam step), timed interleaved (A B C C B A ...; the
+     median of the rounds), and the hours an epoch of the novels takes;
+  2. the dev perplexity each reaches in the same wall time of training, from the same batches
+     (exact normalised probabilities).
+
+    .venv/bin/python bench/bench_arch.py [--seconds 300] [--archs lstm,transformer:2,transformer:4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from bench_output import (  # noqa: E402
+    BOOK_WORDS,
+    BOOKS,
+    BOS,
+    Corpus,
+    read_sentences,
+    same_time_perplexity,
+    throughput,
+)
+
+from lm_models.lstm.model import ContextLSTM, LSTMConfig  # noqa: E402
+from lm_models.transformer.model import CausalTransformerLM, TransformerConfig  # noqa: E402
+from lm_models.word_classes import shortlist_classes  # noqa: E402
+from rescorer.core.machine import describe_machine  # noqa: E402
+from rescorer.core.output import atomic_write  # noqa: E402
+
+SHORTLIST, CLUSTERS = 2000, 8  # the recipe's output layer (conf/context_cpu/word.json)
+# Learning rates: the recipe's 2e-3 for the LSTM; 1e-3 for the Transformer, which has no warm-up
+# in this loop (conf/context_cpu/transformer.json).
+LR = {"lstm": 2e-3, "transformer": 1e-3}
+
+
+def make_arch(corpus: Corpus, arch: str, seed: int) -> torch.nn.Module:
+    """``lstm`` or ``transformer:L`` over ``corpus``'s vocabulary, the same output layer."""
+    counts = list(corpus.counts)
+    counts[BOS] = 0  # never predicted: in the last cluster, not a class of its own
+    classes = tuple(shortlist_classes(counts, SHORTLIST, CLUSTERS))
+    torch.manual_seed(seed)
+    if arch == "lstm":
+        return ContextLSTM(
+            LSTMConfig(corpus.vocab_size, embed_dim=128, hidden_dim=256, word_classes=classes)
+        )
+    kind, _, layers = arch.partition(":")
+    if kind != "transformer" or not layers.isdigit():
+        raise SystemExit(f"--archs: expected lstm or transformer:LAYERS, got {arch!r}")
+    cfg = TransformerConfig(
+        corpus.vocab_size,
+        embed_dim=128,
+        hidden_dim=256,
+        num_layers=int(layers),
+        heads=4,
+        ffn_dim=1024,
+        max_positions=64,
+        word_classes=classes,
+    )
+    return CausalTransformerLM(cfg)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--text", type=Path, default=BOOKS)
+    ap.add_argument("--sentences", type=int, default=400_000, help="Sentences read from --text.")
+    ap.add_argument("--size", type=int, default=50_000, help="Vocabulary size V.")
+    ap.add_argument("--archs", default="lstm,transformer:2,transformer:4")
+    ap.add_argument("--rounds", type=int, default=3, help="Interleaved timing rounds.")
+    ap.add_argument("--seconds", type=float, default=300.0, help="Training time per model (2).")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "arch.md")
+    args = ap.parse_args()
+    if not args.text.is_file():
+        raise SystemExit(f"{args.text}: not found (run the LibriSpeech recipe's stage 1)")
+    torch.set_num_threads(args.threads)
+    archs = args.archs.split(",")
+    sentences = read_sentences(args.text, args.sentences)
+    rng = random.Random(0)
+    order = list(range(len(sentences)))
+    rng.shuffle(order)
+    dev_rows, train_rows = order[:2000], order[2000:]
+    corpus = Corpus(sentences, args.size)
+    params = {a: sum(p.numel() for p in make_arch(corpus, a, 0).parameters()) for a in archs}
+    lines = [
+        "# LSTM vs small causal Transformer: training cost and perplexity per CPU-second",
+        "",
+        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {describe_machine()}; torch threads: {args.threads}",
+        f"- Command: `.venv/bin/python bench/bench_arch.py --seconds {args.seconds:g} "
+        f"--archs {args.archs}`",
+        f"- Text: {len(sentences):,} sentences of `{args.text.name}` (shuffled; 2,000 held out "
+        f"for dev); V = {corpus.vocab_size:,}; output layer: class-factored, the {SHORTLIST:,} "
+        f"most frequent words each a class and the rest in {CLUSTERS} clusters (exact)",
+        "- `lstm`: Unadapted LSTM e=128, d=256, one layer (lr 2e-3); `transformer:L`: pre-norm "
+        "causal Transformer, L blocks of d=256, 4 heads, feed-forward 1024, on the same tied "
+        "e=128 embedding (lr 1e-3, Adam, no warm-up)",
+        "",
+        "| model | parameters | train tokens/s | x lstm | epoch of the novels (13.6 M words) "
+        f"| dev ppl after {args.seconds:g} s | tokens in {args.seconds:g} s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rates = throughput(corpus, archs, train_rows[:400], args.rounds, make_arch)
+    for arch in archs:
+        lr = LR[arch.partition(":")[0]]
+        ppl, seen = same_time_perplexity(
+            corpus, arch, train_rows, dev_rows, args.seconds, make_arch, lr
+        )
+        hours = BOOK_WORDS / rates[arch] / 3600
+        lines.append(
+            f"| {arch} | {params[arch] / 1e6:.1f} M | {rates[arch]:,.0f} | "
+            f"{rates[arch] / rates[archs[0]]:.2f} | {hours:.2f} h | {ppl:.1f} | {seen:,} |"
+        )
+        print(lines[-1], flush=True)
+    lines += [
+        "",
+        "Tokens/s: median of the interleaved rounds on the same 400 sentences. Same-time "
+        "perplexity: each model trains from its seed-0 initialisation on the same batches (64 "
+        "sentences of at most 40 words) for the same wall time, then scores the dev sentences "
+        "with its exact probabilities (`</s>` included, <unk> as a word). The recipe-scale runs "
+        "(`recipes/librispeech_nbest/ARCH_CPU.md`) train each for the LSTM twin's 30 minutes.",
+        "",
+    ]
+    with atomic_write(args.out) as fh:
+        fh.write("\n".join(lines))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
