@@ -7,7 +7,7 @@ layer (the 2,000 most frequent words each a class, the rest in 8 clusters) under
 - ``lstm``: the recipe's CPU LSTM (Unadapted, e=128, d=256, one layer;
   `conf/context_cpu/word.json`);
 - ``transformer:L``: a pre-norm causal Transformer of L blocks, d=256, 4 heads, feed-forward
-  1024, on the same tied e=128 embedding (`lm_models/transformer/model.py`).
+  1024, on the same tied e=128 embedding (`lm_models/lstm/transformer.py`).
 
 Measured in one run, one thread, as ratios:
 
@@ -42,7 +42,7 @@ from bench_output import (  # noqa: E402
 )
 
 from lm_models.lstm.model import ContextLSTM, LSTMConfig  # noqa: E402
-from lm_models.transformer.model import CausalTransformerLM, TransformerConfig  # noqa: E402
+from lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig  # noqa: E402
 from lm_models.word_classes import shortlist_classes  # noqa: E402
 from rescorer.core.machine import describe_machine  # noqa: E402
 from rescorer.core.output import atomic_write  # noqa: E402

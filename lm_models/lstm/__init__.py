@@ -2,6 +2,8 @@
 LSTMs over words with context variables.
 
 * :mod:`~lm_models.lstm.model` -- :class:`~lm_models.lstm.model.ContextLSTM` and its config.
+* :mod:`~lm_models.lstm.transformer` -- a small causal Transformer in the unadapted LSTM's place
+  (same embedding, output layer, training and scoring; ``model.arch: "transformer"``).
 * :mod:`~lm_models.lstm.context` -- context variables (categorical, numerical) and their embeddings.
 * :mod:`~lm_models.lstm.data` -- its training data: read, split, counted, encoded; in memory
   or streamed from a sharded corpus, each process its share under torchrun.
@@ -12,4 +14,4 @@ LSTMs over words with context variables.
 Importing the package registers its checkpoint types (:mod:`lm_models.checkpoint`).
 """
 
-from lm_models.lstm import model  # noqa: F401  (registers the checkpoint types)
+from lm_models.lstm import model, transformer  # noqa: F401  (register the checkpoint types)

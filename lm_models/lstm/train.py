@@ -65,6 +65,7 @@ from lm_models.lstm.data import (  # noqa: F401  (names of this module before th
     prepare_data,
 )
 from lm_models.lstm.model import ContextLike, ContextLSTM, LSTMConfig
+from lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig
 from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
 from lm_models.tokenizer import SubwordTokenizer
 from lm_models.training import (
@@ -76,7 +77,6 @@ from lm_models.training import (
     Step,
     fit,
 )
-from lm_models.transformer.model import CausalTransformerLM, TransformerConfig
 from lm_models.vocab import Vocabulary
 from lm_models.word_classes import frequency_classes, shortlist_classes
 from rescorer.core.output import atomic_dir, clean_stale
@@ -120,7 +120,7 @@ class ModelOptions:
     # Nonlinearity of the context embedding: "relu" (the paper, section 2.1) or "none".
     context_activation: str = "relu"
     # The body: "lstm" (the paper's), or "transformer", a small causal Transformer over the same
-    # embedding and output layer (lm_models.transformer; mode "unadapted" only). For the
+    # embedding and output layer (lm_models.lstm.transformer; mode "unadapted" only). For the
     # transformer, hidden_dim is its width, num_layers its blocks, dropout its dropout.
     arch: str = "lstm"
     # Transformer only: attention heads, feed-forward width, longest input (<s> and the units).

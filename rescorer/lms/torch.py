@@ -52,7 +52,7 @@ A neural cache (``ncache:``, :mod:`rescorer.lms.neural_cache`, attached with
 field groups sentences like any context (one memory per utterance, the forest batched as above),
 and each scored (node, word) pair takes its root's memory.
 
-A causal Transformer checkpoint (:mod:`lm_models.transformer`, no context) is scored the same
+A causal Transformer checkpoint (:mod:`lm_models.lstm.transformer`, no context) is scored the same
 way: its state is the key/value cache of the positions read, which grows by one position per
 depth, so the nodes of one depth stack into one batch as the LSTM's states do.
 
@@ -74,8 +74,8 @@ from torch import Tensor
 
 from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
 from lm_models.lstm.model import AdaptedWeights, ContextLSTM
+from lm_models.lstm.transformer import CausalTransformerLM
 from lm_models.tokenizer import SubwordTokenizer
-from lm_models.transformer.model import CausalTransformerLM
 from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.core.context_key import (
     ContextField,
@@ -148,7 +148,7 @@ class TorchLMState:
 
 class TorchLM(WordLM):
     """A :class:`lm_models.lstm.model.ContextLSTM` (or a context-free
-    :class:`lm_models.transformer.model.CausalTransformerLM`) checkpoint behind the
+    :class:`lm_models.lstm.transformer.CausalTransformerLM`) checkpoint behind the
     LanguageModel contract.
 
     ``path`` is a checkpoint folder; ``device`` None or ``auto`` picks CUDA when available;

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from lm_models.checkpoint import load_checkpoint, save_checkpoint
 from lm_models.lstm.train import TrainConfig, train
-from lm_models.transformer.model import CausalTransformerLM, TransformerConfig
+from lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig
 from lm_models.vocab import BOS_ID
 from rescorer.cli.main import main
 from rescorer.lms import load_lm
@@ -228,7 +228,5 @@ def test_a_context_mode_or_a_short_position_table_is_refused(tmp_path: Path) -> 
 
 
 def test_export_refuses_a_transformer_in_one_line(ckpt: Path, tmp_path: Path) -> None:
-    res = CliRunner().invoke(
-        main, ["export", str(ckpt), str(tmp_path / "m.onnx")]
-    )
+    res = CliRunner().invoke(main, ["export", str(ckpt), str(tmp_path / "m.onnx")])
     assert res.exit_code == 2 and "CausalTransformerLM; export takes ContextLSTM" in res.output
