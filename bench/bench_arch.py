@@ -14,7 +14,9 @@ Measured in one run, one thread, as ratios:
   1. training tokens/s (forward, backward, Adam step), timed interleaved (A B C C B A ...; the
      median of the rounds), and the hours an epoch of the novels takes;
   2. the dev perplexity each reaches in the same wall time of training, from the same batches
-     (exact normalised probabilities).
+     (exact normalised probabilities);
+  3. the time to score the 30-best lists of the first dev_other utterances through ``torch:``
+     (``TorchLM``: the prefix tree; the LSTM's state or the Transformer's key/value cache).
 
     .venv/bin/python bench/bench_arch.py [--seconds 300] [--archs lstm,transformer:2,transformer:4]
 """
@@ -25,6 +27,8 @@ import argparse
 import datetime as dt
 import random
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -41,11 +45,15 @@ from bench_output import (  # noqa: E402
     throughput,
 )
 
+from lm_models.checkpoint import save_checkpoint  # noqa: E402
 from lm_models.lstm.model import ContextLSTM, LSTMConfig  # noqa: E402
 from lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig  # noqa: E402
 from lm_models.word_classes import shortlist_classes  # noqa: E402
+from rescorer.core.data import default_data_dir  # noqa: E402
 from rescorer.core.machine import describe_machine  # noqa: E402
 from rescorer.core.output import atomic_write  # noqa: E402
+from rescorer.formats import read_nbest  # noqa: E402
+from rescorer.lms.torch import TorchLM  # noqa: E402
 
 SHORTLIST, CLUSTERS = 2000, 8  # the recipe's output layer (conf/context_cpu/word.json)
 # Learning rates: the recipe's 2e-3 for the LSTM; 1e-3 for the Transformer, which has no warm-up
@@ -79,6 +87,23 @@ def make_arch(corpus: Corpus, arch: str, seed: int) -> torch.nn.Module:
     return CausalTransformerLM(cfg)
 
 
+def scoring_seconds(corpus: Corpus, arch: str, sentences: list[list[str]], repeat: int) -> float:
+    """Best of ``repeat`` times to score ``sentences`` with ``torch:`` (initial weights: the
+    time does not depend on them)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = save_checkpoint(
+            Path(tmp) / arch.replace(":", "_"), make_arch(corpus, arch, 0), corpus.tokens
+        )
+        lm = TorchLM(ckpt, device="cpu", case="lower")
+        lm.sentence_logprobs(sentences[:30])  # warm-up
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            lm.sentence_logprobs(sentences)
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--text", type=Path, default=BOOKS)
@@ -87,6 +112,7 @@ def main() -> None:
     ap.add_argument("--archs", default="lstm,transformer:2,transformer:4")
     ap.add_argument("--rounds", type=int, default=3, help="Interleaved timing rounds.")
     ap.add_argument("--seconds", type=float, default=300.0, help="Training time per model (2).")
+    ap.add_argument("--utterances", type=int, default=100, help="dev_other lists scored (3).")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "arch.md")
     args = ap.parse_args()
@@ -116,9 +142,13 @@ def main() -> None:
         "e=128 embedding (lr 1e-3, Adam, no warm-up)",
         "",
         "| model | parameters | train tokens/s | x lstm | epoch of the novels (13.6 M words) "
-        f"| dev ppl after {args.seconds:g} s | tokens in {args.seconds:g} s |",
-        "|---|---|---|---|---|---|---|",
+        f"| dev ppl after {args.seconds:g} s | tokens in {args.seconds:g} s "
+        f"| scoring {args.utterances} dev_other lists | x lstm |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    nbest = read_nbest(default_data_dir() / "nbest" / "librispeech-espnet" / "dev_other", "espnet")
+    hyps = [h.words for u in list(nbest)[: args.utterances] for h in nbest[u]]
+    scoring = {a: scoring_seconds(corpus, a, hyps, args.rounds) for a in archs}
     rates = throughput(corpus, archs, train_rows[:400], args.rounds, make_arch)
     for arch in archs:
         lr = LR[arch.partition(":")[0]]
@@ -128,7 +158,8 @@ def main() -> None:
         hours = BOOK_WORDS / rates[arch] / 3600
         lines.append(
             f"| {arch} | {params[arch] / 1e6:.1f} M | {rates[arch]:,.0f} | "
-            f"{rates[arch] / rates[archs[0]]:.2f} | {hours:.2f} h | {ppl:.1f} | {seen:,} |"
+            f"{rates[arch] / rates[archs[0]]:.2f} | {hours:.2f} h | {ppl:.1f} | {seen:,} | "
+            f"{scoring[arch]:.2f} s | {scoring[arch] / scoring[archs[0]]:.2f} |"
         )
         print(lines[-1], flush=True)
     lines += [
@@ -136,7 +167,10 @@ def main() -> None:
         "Tokens/s: median of the interleaved rounds on the same 400 sentences. Same-time "
         "perplexity: each model trains from its seed-0 initialisation on the same batches (64 "
         "sentences of at most 40 words) for the same wall time, then scores the dev sentences "
-        "with its exact probabilities (`</s>` included, <unk> as a word). The recipe-scale runs "
+        "with its exact probabilities (`</s>` included, <unk> as a word). Scoring: the best of "
+        f"the rounds for the {len(hyps):,} hypotheses of the first {args.utterances} dev_other "
+        "30-best lists through `TorchLM` (one call; a prefix tree, each depth one batch). "
+        "The recipe-scale runs "
         "(`recipes/librispeech_nbest/ARCH_CPU.md`) train each for the LSTM twin's 30 minutes.",
         "",
     ]

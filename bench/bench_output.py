@@ -58,6 +58,7 @@ class Corpus:
     def __init__(self, sentences: Sequence[Sequence[str]], vocab_size: int) -> None:
         counts = Counter(w for s in sentences for w in s)
         words = [w for w, _ in counts.most_common(vocab_size - 3)]
+        self.tokens = ["<unk>", "<s>", "</s>", *words]  # the vocabulary, id order
         index = {w: i + 3 for i, w in enumerate(words)}
         self.ids = [[index.get(w, UNK) for w in s] for s in sentences]
         unk = sum(c for w, c in counts.items() if w not in index)
