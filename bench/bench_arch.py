@@ -81,7 +81,7 @@ def make_arch(corpus: Corpus, arch: str, seed: int) -> torch.nn.Module:
         num_layers=int(layers),
         heads=4,
         ffn_dim=1024,
-        max_positions=64,
+        max_positions=256,  # sentences of up to 60 words in training; longer hypotheses too
         word_classes=classes,
     )
     return CausalTransformerLM(cfg)
@@ -94,7 +94,7 @@ def scoring_seconds(corpus: Corpus, arch: str, sentences: list[list[str]], repea
         ckpt = save_checkpoint(
             Path(tmp) / arch.replace(":", "_"), make_arch(corpus, arch, 0), corpus.tokens
         )
-        lm = TorchLM(ckpt, device="cpu", case="lower")
+        lm = TorchLM(ckpt, device="cpu")  # case auto: the books and lists are upper case
         lm.sentence_logprobs(sentences[:30])  # warm-up
         best = float("inf")
         for _ in range(repeat):
@@ -148,6 +148,8 @@ def main() -> None:
     ]
     nbest = read_nbest(default_data_dir() / "nbest" / "librispeech-espnet" / "dev_other", "espnet")
     hyps = [h.words for u in list(nbest)[: args.utterances] for h in nbest[u]]
+    known = set(corpus.tokens)
+    oov = sum(w not in known for h in hyps for w in h) / max(1, sum(len(h) for h in hyps))
     scoring = {a: scoring_seconds(corpus, a, hyps, args.rounds) for a in archs}
     rates = throughput(corpus, archs, train_rows[:400], args.rounds, make_arch)
     for arch in archs:
@@ -169,7 +171,8 @@ def main() -> None:
         "sentences of at most 40 words) for the same wall time, then scores the dev sentences "
         "with its exact probabilities (`</s>` included, <unk> as a word). Scoring: the best of "
         f"the rounds for the {len(hyps):,} hypotheses of the first {args.utterances} dev_other "
-        "30-best lists through `TorchLM` (one call; a prefix tree, each depth one batch). "
+        "30-best lists through `TorchLM` (one call; a prefix tree, each depth one batch; "
+        f"{100 * oov:.1f} % of their words outside V). "
         "The recipe-scale runs "
         "(`recipes/librispeech_nbest/ARCH_CPU.md`) train each for the LSTM twin's 30 minutes.",
         "",
