@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import random
 import sys
 import tempfile
 import time
@@ -40,7 +39,7 @@ from bench_output import (  # noqa: E402
     BOOKS,
     BOS,
     Corpus,
-    read_sentences,
+    load_split,
     same_time_perplexity,
     throughput,
 )
@@ -116,15 +115,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "arch.md")
     args = ap.parse_args()
-    if not args.text.is_file():
-        raise SystemExit(f"{args.text}: not found (run the LibriSpeech recipe's stage 1)")
-    torch.set_num_threads(args.threads)
     archs = args.archs.split(",")
-    sentences = read_sentences(args.text, args.sentences)
-    rng = random.Random(0)
-    order = list(range(len(sentences)))
-    rng.shuffle(order)
-    dev_rows, train_rows = order[:2000], order[2000:]
+    sentences, dev_rows, train_rows = load_split(args.text, args.sentences, args.threads)
     corpus = Corpus(sentences, args.size)
     params = {a: sum(p.numel() for p in make_arch(corpus, a, 0).parameters()) for a in archs}
     lines = [

@@ -52,6 +52,20 @@ def read_sentences(path: Path, limit: int) -> list[list[str]]:
     return out
 
 
+def load_split(
+    text: Path, limit: int, threads: int
+) -> tuple[list[list[str]], list[int], list[int]]:
+    """The first ``limit`` sentences of ``text``, shuffled (seed 0) into 2,000 dev rows and the
+    training rows; torch set to ``threads``. Exits with a message when ``text`` is missing."""
+    if not text.is_file():
+        raise SystemExit(f"{text}: not found (run the LibriSpeech recipe's stage 1)")
+    torch.set_num_threads(threads)
+    sentences = read_sentences(text, limit)
+    order = list(range(len(sentences)))
+    random.Random(0).shuffle(order)
+    return sentences, order[:2000], order[2000:]
+
+
 class Corpus:
     """Sentences as id tensors over the V - 3 most frequent words (+ <unk>, <s>, </s>)."""
 
@@ -175,15 +189,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "output.md")
     args = ap.parse_args()
-    if not args.text.is_file():
-        raise SystemExit(f"{args.text}: not found (run the LibriSpeech recipe's stage 1)")
-    torch.set_num_threads(args.threads)
     layouts = args.layouts.split(",")
-    sentences = read_sentences(args.text, args.sentences)
-    rng = random.Random(0)
-    order = list(range(len(sentences)))
-    rng.shuffle(order)
-    dev_rows, train_rows = order[:2000], order[2000:]
+    sentences, dev_rows, train_rows = load_split(args.text, args.sentences, args.threads)
     lines = [
         "# Output layers: full vs class-factored softmax in LSTM training",
         "",

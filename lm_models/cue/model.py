@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from lm_models.checkpoint import load_checkpoint, register_model_type, save_checkpoint
 from lm_models.output import FullSoftmax
+from lm_models.positions import sinusoids
 from lm_models.tokenizer import TOKENIZER_FILE, SubwordTokenizer
 from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 from rescorer.core.json_input import json_fields
@@ -237,16 +238,6 @@ class Block(nn.Module):
 def causal_mask(t: int, device: torch.device) -> Tensor:
     """(T, T) additive mask: 0 on and below the diagonal, -inf above."""
     return torch.full((t, t), -math.inf, device=device).triu(1)
-
-
-def sinusoids(n: int, dim: int) -> Tensor:
-    """(n, dim) sinusoidal position encodings (Vaswani et al. 2017)."""
-    pos = torch.arange(n, dtype=torch.float32)[:, None]
-    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(n, dim)
-    table[:, 0::2] = torch.sin(pos * freq)
-    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
-    return table
 
 
 # -- sentence encoder -----------------------------------------------------------------------------

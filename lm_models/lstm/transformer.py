@@ -33,20 +33,11 @@ from torch.nn import functional as F
 from lm_models.checkpoint import register_model_type
 from lm_models.lstm.model import AdaptedWeights
 from lm_models.output import ClassFactoredSoftmax, target_log_softmax, uses_blocks
+from lm_models.positions import sinusoids
 from lm_models.vocab import BOS_ID
 from rescorer.core.json_input import json_fields
 
 State = tuple[Tensor, Tensor]  # (k, v), each (layers, N, H, t, d / H)
-
-
-def sinusoids(n: int, dim: int) -> Tensor:
-    """(n, dim) sinusoidal position encodings (Vaswani et al. 2017, sec. 3.5)."""
-    pos = torch.arange(n, dtype=torch.float32)[:, None]
-    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(n, dim)
-    table[:, 0::2] = torch.sin(pos * freq)
-    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
-    return table
 
 
 @dataclass(frozen=True)
