@@ -123,7 +123,8 @@ class ModelOptions:
     # embedding and output layer (lm_models.lstm.transformer; mode "unadapted" only). For the
     # transformer, hidden_dim is its width, num_layers its blocks, dropout its dropout.
     arch: str = "lstm"
-    # Transformer only: attention heads, feed-forward width, longest input (<s> and the units).
+    # Transformer only: attention heads, feed-forward width, precomputed positions (a longer
+    # input computes its own).
     heads: int = 4
     ffn_dim: int = 1024
     max_positions: int = 256
@@ -253,11 +254,6 @@ def transformer_config(cfg: TrainConfig, data: PreparedData) -> TransformerConfi
     m = cfg.model
     if cfg.data.history:
         raise ValueError('arch "transformer" reads no history text: data.history must be off')
-    if cfg.data.max_len is None or cfg.data.max_len + 1 > m.max_positions:
-        raise ValueError(
-            f"model.max_positions ({m.max_positions}) must be at least data.max_len + 1 "
-            f"({cfg.data.max_len + 1}: <s> and the units)"
-        )
     return TransformerConfig(
         vocab_size=len(data.vocab),
         embed_dim=m.embed_dim,

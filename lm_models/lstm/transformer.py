@@ -50,7 +50,9 @@ class TransformerConfig:
     num_layers: int = 4  # blocks
     heads: int = 4  # H, attention heads (d must be a multiple)
     ffn_dim: int = 1024  # feed-forward width of each block
-    max_positions: int = 256  # the longest input (<s> and the units), for the position table
+    # Positions of the precomputed table; a longer input (an N-best hypothesis longer than any
+    # training sentence) computes its sinusoids on the fly, so there is no length limit.
+    max_positions: int = 256
     dropout: float = 0.0  # on attention weights, residual branches and the input embeddings
     # Class of each unit for the class-factored output (lm_models.output); empty: full softmax.
     word_classes: tuple[int, ...] = ()
@@ -195,12 +197,10 @@ class CausalTransformerLM(nn.Module):
             )
         n, t = tokens.shape
         start = 0 if state is None else state[0].shape[3]
-        if start + t > self.config.max_positions:
-            raise ValueError(
-                f"tokens: {start + t} positions; the model takes at most "
-                f"{self.config.max_positions}"
-            )
-        x = self.P_in(self.drop(self.embedding(tokens))) + self.positions[start : start + t]
+        pos = self.positions
+        if start + t > len(pos):  # past the table: the same sinusoids, computed for this input
+            pos = sinusoids(start + t, self.config.hidden_dim).to(pos)
+        x = self.P_in(self.drop(self.embedding(tokens))) + pos[start : start + t]
         keys, values = [], []
         for layer, block in enumerate(self.blocks):
             past = None if state is None else (state[0][layer], state[1][layer])

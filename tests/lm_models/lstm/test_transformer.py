@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -110,9 +111,21 @@ def test_bad_configs_and_inputs_say_what_was_expected() -> None:
         TransformerConfig(20, hidden_dim=10, heads=4)
     with pytest.raises(ValueError, match="expected 20 classes"):
         TransformerConfig(20, word_classes=(0, 1))
+    with pytest.raises(ValueError, match="expected a LongTensor"):
+        make_model().hidden(torch.zeros(2, 3))
+
+
+def test_inputs_longer_than_the_position_table_compute_their_positions() -> None:
     model = make_model()
-    with pytest.raises(ValueError, match="at most 256"):
-        model.hidden(torch.full((1, 257), 3, dtype=torch.long))
+    short = CausalTransformerLM(replace(model.config, max_positions=8)).eval()
+    short.load_state_dict(model.state_dict())  # the table is a buffer, not a weight
+    x = torch.randint(3, len(VOCAB), (2, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(short.hidden(x), model.hidden(x), atol=1e-6, rtol=0)
+        state = short.init_state(2)
+        for t in range(20):  # and one position at a time past the table
+            top, state = short.step(x[:, t : t + 1], state, short.adapt())
+    torch.testing.assert_close(top, model.hidden(x)[:, -1], atol=1e-5, rtol=0)
 
 
 # -- through the LanguageModel contract (torch:) -------------------------------------------
@@ -212,18 +225,19 @@ def test_trains_to_the_pattern_and_resumes(tmp_path: Path) -> None:
     assert [e.epoch for e in resumed.epochs] == [1, 2, 3, 4, 5]
 
 
-def test_a_context_mode_or_a_short_position_table_is_refused(tmp_path: Path) -> None:
+def test_a_context_mode_or_a_history_is_refused_in_one_line(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.txt")
     with pytest.raises(ValueError, match='mode must be "unadapted"'):
         TrainConfig.from_json(transformer_config(corpus, mode="factor"))
-    conf = transformer_config(corpus, max_positions=20)  # data.max_len is 60 by default
+    conf = transformer_config(corpus)
+    conf["data"]["history"] = 2
     path = tmp_path / "conf.json"
     path.write_text(json.dumps(conf), encoding="utf-8")
     res = CliRunner().invoke(
         main, ["train", str(path), "--data-dir", str(tmp_path), "--out", str(tmp_path / "o")]
     )
     assert res.exit_code == 2, res.output
-    assert "max_positions (20) must be at least data.max_len + 1 (61" in res.output
+    assert 'arch "transformer" reads no history text' in res.output
     assert "Traceback" not in res.output
 
 
