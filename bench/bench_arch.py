@@ -54,10 +54,17 @@ from rescorer.core.output import atomic_write  # noqa: E402
 from rescorer.formats import read_nbest  # noqa: E402
 from rescorer.lms.torch import TorchLM  # noqa: E402
 
+DEFAULT_OUT = REPO / "bench" / "results" / "arch.md"
 SHORTLIST, CLUSTERS = 2000, 8  # the recipe's output layer (conf/context_cpu/word.json)
 # Learning rates: the recipe's 2e-3 for the LSTM; 1e-3 for the Transformer, which has no warm-up
 # in this loop (conf/context_cpu/transformer.json).
 LR = {"lstm": 2e-3, "transformer": 1e-3}
+
+
+def shown(path: Path) -> str:
+    """``path`` as the command line would give it from the repository root."""
+    full = path.resolve()
+    return str(full.relative_to(REPO)) if full.is_relative_to(REPO) else str(path)
 
 
 def make_arch(corpus: Corpus, arch: str, seed: int) -> torch.nn.Module:
@@ -112,8 +119,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="Interleaved timing rounds.")
     ap.add_argument("--seconds", type=float, default=300.0, help="Training time per model (2).")
     ap.add_argument("--utterances", type=int, default=100, help="dev_other lists scored (3).")
+    ap.add_argument(
+        "--sweep-lrs",
+        default="",
+        help="Also train each Transformer at these learning rates (same time; a table of its own).",
+    )
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "arch.md")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
     archs = args.archs.split(",")
     sentences, dev_rows, train_rows = load_split(args.text, args.sentences, args.threads)
@@ -125,7 +137,10 @@ def main() -> None:
         f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {describe_machine()}; torch threads: {args.threads}",
         f"- Command: `.venv/bin/python bench/bench_arch.py --seconds {args.seconds:g} "
-        f"--archs {args.archs}`",
+        f"--archs {args.archs}"
+        + (f" --sweep-lrs {args.sweep_lrs}" if args.sweep_lrs else "")
+        + (f" --out {shown(args.out)}" if args.out.resolve() != DEFAULT_OUT else "")
+        + "`",
         f"- Text: {len(sentences):,} sentences of `{args.text.name}` (shuffled; 2,000 held out "
         f"for dev); V = {corpus.vocab_size:,}; output layer: class-factored, the {SHORTLIST:,} "
         f"most frequent words each a class and the rest in {CLUSTERS} clusters (exact)",
@@ -156,6 +171,25 @@ def main() -> None:
             f"{scoring[arch]:.2f} s | {scoring[arch] / scoring[archs[0]]:.2f} |"
         )
         print(lines[-1], flush=True)
+    sweep = [float(x) for x in args.sweep_lrs.split(",") if x]
+    if sweep:
+        lines += [
+            "",
+            f"Dev perplexity after {args.seconds:g} s by learning rate (Adam, no warm-up; the "
+            "table above used the LR of each kind):",
+            "",
+            "| model | " + " | ".join(f"lr {lr:g}" for lr in sweep) + " |",
+            "|---|" + "---|" * len(sweep),
+        ]
+        for arch in (a for a in archs if a != "lstm"):
+            cells = [
+                same_time_perplexity(
+                    corpus, arch, train_rows, dev_rows, args.seconds, make_arch, lr
+                )[0]
+                for lr in sweep
+            ]
+            lines.append(f"| {arch} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+            print(lines[-1], flush=True)
     lines += [
         "",
         "Tokens/s: median of the interleaved rounds on the same 400 sentences. Same-time "
