@@ -395,6 +395,18 @@ class ContextLSTMCell(nn.Module):
         return torch.stack(outputs, dim=1), (h, m)  # (N, T, d)
 
 
+def valid_positions(inputs: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
+    """(N, T) bool: position t of sequence i is within ``lengths[i]``; the shapes checked (the
+    ``score`` of this family's models)."""
+    if targets.shape != inputs.shape:
+        raise ValueError(f"targets {tuple(targets.shape)} != inputs {tuple(inputs.shape)}")
+    n, t = inputs.shape
+    lengths = torch.as_tensor(lengths, device=inputs.device)
+    if lengths.shape != (n,):
+        raise ValueError(f"lengths: expected shape ({n},), got {tuple(lengths.shape)}")
+    return torch.arange(t, device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
 class ContextLSTM(nn.Module):
     """The context-aware LSTM language model; ``config.mode`` selects the variant."""
 
@@ -828,13 +840,7 @@ class ContextLSTM(nn.Module):
         context: ContextLike = None,
     ) -> Tensor:
         """Natural-log probabilities of targets (N, T) given inputs (N, T); 0 at t >= length."""
-        if targets.shape != inputs.shape:
-            raise ValueError(f"targets {tuple(targets.shape)} != inputs {tuple(inputs.shape)}")
-        n, t = inputs.shape
-        lengths = torch.as_tensor(lengths, device=inputs.device)
-        if lengths.shape != (n,):
-            raise ValueError(f"lengths: expected shape ({n},), got {tuple(lengths.shape)}")
-        valid = torch.arange(t, device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)  # (N, T)
+        valid = valid_positions(inputs, targets, lengths)
         return self.target_log_probs(inputs, targets.masked_fill(~valid, 0), context, valid)
 
     @torch.no_grad()

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lm_models.checkpoint import register_model_type
-from lm_models.lstm.model import AdaptedWeights
+from lm_models.lstm.model import AdaptedWeights, valid_positions
 from lm_models.output import ClassFactoredSoftmax, target_log_softmax, uses_blocks
 from lm_models.positions import sinusoids
 from lm_models.vocab import BOS_ID
@@ -114,15 +114,13 @@ class CausalSelfAttention(nn.Module):
         (N, H, t, d/H)) they come after the t cached ones (T is 1 when scoring).
         """
         n, t, d = x.shape
+        if past is not None and t > 1:
+            raise ValueError("CausalSelfAttention: with a cache, one position at a time")
         q, k, v = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        # With a past, position t's query may see every cached key: no mask when T == 1.
-        causal = past is None or t > 1
-        if past is not None and t > 1:
-            raise ValueError("CausalSelfAttention: with a cache, one position at a time")
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=causal
+        y = F.scaled_dot_product_attention(  # after a cache, the one query sees every key
+            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=past is None
         )  # (N, H, T, d/H)
         return self.out(y.transpose(1, 2).reshape(n, t, d)), (k, v)
 
@@ -188,8 +186,11 @@ class CausalTransformerLM(nn.Module):
         empty = torch.zeros(shape, dtype=self.b_out.dtype, device=self.b_out.device)
         return empty, empty.clone()
 
-    def _run(self, tokens: Tensor, state: State | None) -> tuple[Tensor, State]:
-        """tokens (N, T) -> top states LN(x_L) (N, T, d) and the caches after them."""
+    def _run(
+        self, tokens: Tensor, state: State | None, keep: bool = True
+    ) -> tuple[Tensor, State | None]:
+        """tokens (N, T) -> top states LN(x_L) (N, T, d) and the caches after them (None unless
+        ``keep``: training and whole-sentence scoring need no cache)."""
         if not isinstance(tokens, Tensor) or tokens.dim() != 2 or tokens.dtype != torch.long:
             raise ValueError(
                 f"tokens: expected a LongTensor (N, T), got "
@@ -205,15 +206,16 @@ class CausalTransformerLM(nn.Module):
         for layer, block in enumerate(self.blocks):
             past = None if state is None else (state[0][layer], state[1][layer])
             x, (k, v) = block(x, past)
-            keys.append(k)
-            values.append(v)
-        return self.norm(x), (torch.stack(keys), torch.stack(values))
+            if keep:
+                keys.append(k)
+                values.append(v)
+        return self.norm(x), (torch.stack(keys), torch.stack(values)) if keep else None
 
     def hidden(
         self, tokens: Tensor, context: Any = None, state: State | None = None, **_: Any
     ) -> Tensor:
         """Top states (N, T, d) of ``tokens`` after ``state`` (none: the sentence's start)."""
-        return self._run(tokens, state)[0]
+        return self._run(tokens, state, keep=False)[0]
 
     # -- the output layer (the LSTM's, eq. 5 with the class-factored option) ---------------------
 
@@ -273,11 +275,7 @@ class CausalTransformerLM(nn.Module):
         self, inputs: Tensor, targets: Tensor, lengths: Tensor, context: Any = None
     ) -> Tensor:
         """Natural-log probabilities of targets (N, T) given inputs (N, T); 0 at t >= length."""
-        if targets.shape != inputs.shape:
-            raise ValueError(f"targets {tuple(targets.shape)} != inputs {tuple(inputs.shape)}")
-        n, t = inputs.shape
-        lengths = torch.as_tensor(lengths, device=inputs.device)
-        valid = torch.arange(t, device=inputs.device).unsqueeze(0) < lengths.unsqueeze(1)
+        valid = valid_positions(inputs, targets, lengths)
         return self.target_log_probs(inputs, targets.masked_fill(~valid, 0), None, valid)
 
     # -- the scorer's step ----------------------------------------------------------------------
@@ -288,8 +286,9 @@ class CausalTransformerLM(nn.Module):
         """tokens (N, 1) after the caches ``state`` -> top states (N, d) and the longer caches."""
         if contexts is not None:
             raise ValueError("a CausalTransformerLM takes no context")
-        h, state = self._run(tokens, state)
-        return h[:, -1], state
+        h, cache = self._run(tokens, state)
+        assert cache is not None
+        return h[:, -1], cache
 
     def log_probs_at(
         self,
