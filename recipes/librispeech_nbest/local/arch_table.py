@@ -18,6 +18,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
@@ -42,12 +43,24 @@ class Run:
     points: tuple[Point, ...]
 
 
+def fail(message: str) -> None:
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        fail(f"{path}: not found (--run names a rescorer train output folder)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        fail(f"{path}:{getattr(err, 'lineno', 1)}: not valid JSON")
+
+
 def read_run(label: str, folder: Path) -> Run:
-    trainer = folder / "last" / "trainer.json"
-    if not trainer.is_file():
-        raise SystemExit(f"{trainer}: not found (is {folder} a rescorer train output folder?)")
-    state = json.loads(trainer.read_text(encoding="utf-8"))
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    state = read_json(folder / "last" / "trainer.json")
+    config = read_json(folder / "config.json")
     tokens = seconds = 0.0
     points = []
     for e in state["log"]:
@@ -105,7 +118,7 @@ def main() -> None:
     for spec in args.run:
         label, sep, folder = spec.partition("=")
         if not sep or not label or not folder:
-            raise SystemExit(f"--run: expected LABEL=FOLDER, got {spec!r}")
+            fail(f"--run: expected LABEL=FOLDER, got {spec!r}")
         runs.append(read_run(label, Path(folder)))
     lines = [
         "# LSTM or causal Transformer: dev perplexity per CPU-second on the novels",
