@@ -7,7 +7,7 @@ layer (the 2,000 most frequent words each a class, the rest in 8 clusters) under
 - ``lstm``: the recipe's CPU LSTM (Unadapted, e=128, d=256, one layer;
   `conf/context_cpu/word.json`);
 - ``transformer:L``: a pre-norm causal Transformer of L blocks, d=256, 4 heads, feed-forward
-  1024, on the same tied e=128 embedding (`lm_models/lstm/transformer.py`).
+  1024, on the same tied e=128 embedding (`rescorer/lm_models/lstm/transformer.py`).
 
 Measured in one run, one thread, as ratios:
 
@@ -44,14 +44,14 @@ from bench_output import (  # noqa: E402
     throughput,
 )
 
-from lm_models.checkpoint import save_checkpoint  # noqa: E402
-from lm_models.lstm.model import ContextLSTM, LSTMConfig  # noqa: E402
-from lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig  # noqa: E402
-from lm_models.word_classes import shortlist_classes  # noqa: E402
 from rescorer.core.data import default_data_dir  # noqa: E402
 from rescorer.core.machine import describe_machine  # noqa: E402
 from rescorer.core.output import atomic_write  # noqa: E402
 from rescorer.formats import read_nbest  # noqa: E402
+from rescorer.lm_models.checkpoint import save_checkpoint  # noqa: E402
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig  # noqa: E402
+from rescorer.lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig  # noqa: E402
+from rescorer.lm_models.word_classes import shortlist_classes  # noqa: E402
 from rescorer.lms.torch import TorchLM  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "arch.md"

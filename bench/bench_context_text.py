@@ -4,9 +4,10 @@ Training an LSTM with ``data.previous`` (the K previous sentences of each senten
 ASR-like word errors drawn anew every epoch, embedded by a frozen ``hash:DIM`` encoder) adds
 two CPU costs to each epoch, both measured here on sentences of the novels in their book order:
 
-1. deriving the epoch's noisy previous texts (:func:`lm_models.context_text.previous_texts`),
-   once per epoch, reported per million words of text;
-2. embedding each batch's texts (:class:`lm_models.text_encoders.HashEmbedder`), once per
+1. deriving the epoch's noisy previous texts
+   (:func:`rescorer.lm_models.context_text.previous_texts`), once per epoch, reported per million
+   words of text;
+2. embedding each batch's texts (:class:`rescorer.lm_models.text_encoders.HashEmbedder`), once per
    batch of ``--batch-tokens`` tokens (the lease config's 32,768), reported per batch and per
    200-step epoch (the lease config's ``max_steps_per_epoch``).
 
@@ -47,12 +48,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from lm_models.context_text import WordNoise, WordSampler, previous_texts
-    from lm_models.corpora import read_novels
-    from lm_models.text_encoders import _WORD_RE, HashEmbedder
     from rescorer.core.data import default_data_dir
     from rescorer.core.machine import cpu_name
     from rescorer.core.output import write_report
+    from rescorer.lm_models.context_text import WordNoise, WordSampler, previous_texts
+    from rescorer.lm_models.corpora import read_novels
+    from rescorer.lm_models.text_encoders import _WORD_RE, HashEmbedder
 
     class PerWordHashEmbedder(HashEmbedder):
         """The earlier form of finding the words' rows: a Python call (``_id``) per word."""

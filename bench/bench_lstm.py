@@ -26,14 +26,14 @@ from pathlib import Path
 
 import torch
 
-from lm_models.checkpoint import load_checkpoint, save_checkpoint
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
-from lm_models.vocab import build_vocabulary
 from rescorer.core.data import REPO_ROOT, default_data_dir
 from rescorer.core.machine import cpu_name
 from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
+from rescorer.lm_models.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.vocab import build_vocabulary
 from rescorer.lms.torch import TorchLM
 
 

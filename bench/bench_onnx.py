@@ -38,16 +38,16 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from export.exporter import ExportOptions, export_model
-from export.quantize import quantize_int8
-from lm_models.checkpoint import load_checkpoint, save_checkpoint
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
-from lm_models.vocab import build_vocabulary
 from rescorer.core.data import REPO_ROOT, default_data_dir
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
+from rescorer.export.exporter import ExportOptions, export_model
+from rescorer.export.quantize import quantize_int8
 from rescorer.formats import read_nbest
+from rescorer.lm_models.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.vocab import build_vocabulary
 from rescorer.lms.onnx import OnnxLM, create_session, perplexity_change
 from rescorer.lms.torch import TorchLM
 from rescorer.refs import read_references, read_utt2spk
@@ -159,7 +159,7 @@ def torch_padded_scores(
 
 def held_out(exp: Path, data_dir: Path) -> tuple[ContextLSTM, list[str], list, list]:
     """A trained recipe run: its best checkpoint, and its test split's sentences and contexts."""
-    from lm_models.lstm.train import CORPUS_READERS, TrainConfig, context_record
+    from rescorer.lm_models.lstm.train import CORPUS_READERS, TrainConfig, context_record
 
     model, tokens, _ = load_checkpoint(exp / "best")
     assert isinstance(model, ContextLSTM)

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import torch
 
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
-from lm_models.lstm.train import LossModule
-from lm_models.word_classes import shortlist_classes
 from rescorer.core.data import REPO_ROOT
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.lstm.train import LossModule
+from rescorer.lm_models.word_classes import shortlist_classes
 
 UNK, BOS, EOS = 0, 1, 2
 BOOKS = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp" / "lm" / "books.txt"
@@ -201,7 +201,7 @@ def main() -> None:
         "for dev); model: Unadapted LSTM e=128, d=256, one layer (the LibriSpeech recipe's)",
         "- Layouts: `full` = softmax over V; `shortlist:K:C` = class-factored, the K most "
         "frequent words each a class (their tied word logits) and the rest in C clusters of equal "
-        "count mass (exact, normalised; `lm_models/output.py`)",
+        "count mass (exact, normalised; `rescorer/lm_models/output.py`)",
         "",
         "| V | layout | train tokens/s | x full | epoch of the novels (13.6 M words) "
         f"| dev ppl after {args.seconds:g} s | tokens in {args.seconds:g} s |",

@@ -1,5 +1,5 @@
 """Training speed of an LSTM with a `previous` text context, batches prepared in the loop or
-ahead in a background thread (``train.prefetch``, lm_models.prefetch; issue 16).
+ahead in a background thread (``train.prefetch``, rescorer.lm_models.prefetch; issue 16).
 
 The lease's context run trained at half its no-context twin's speed: each 32k-token batch's
 previous texts were embedded (``hash:256``) in the training loop, 0.12 s a batch on the CPU
@@ -57,12 +57,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from lm_models.corpora import read_novels
-    from lm_models.lstm.context import clear_text_caches
-    from lm_models.lstm.train import TrainConfig, train
     from rescorer.core.data import default_data_dir
     from rescorer.core.machine import cpu_name
     from rescorer.core.output import write_report
+    from rescorer.lm_models.corpora import read_novels
+    from rescorer.lm_models.lstm.context import clear_text_caches
+    from rescorer.lm_models.lstm.train import TrainConfig, train
 
     work = Path(tempfile.mkdtemp(prefix="bench_prefetch_"))
     if args.text is not None:
@@ -181,10 +181,10 @@ def embedding_seconds(cfg: Any, work: Path, steps: int, rounds: int) -> float:
     epoch 1, as the trainer's ``prepare`` does, without training."""
     import time
 
-    from lm_models.batching import bucket_parts
-    from lm_models.lstm.context import clear_text_caches
-    from lm_models.lstm.model import ContextLSTM
-    from lm_models.lstm.train import model_config, prepare_data
+    from rescorer.lm_models.batching import bucket_parts
+    from rescorer.lm_models.lstm.context import clear_text_caches
+    from rescorer.lm_models.lstm.model import ContextLSTM
+    from rescorer.lm_models.lstm.train import model_config, prepare_data
 
     data = prepare_data(cfg, work)
     model = ContextLSTM(model_config(cfg, data))

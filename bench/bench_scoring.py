@@ -91,8 +91,8 @@ def _worker_limit(job: dict) -> dict:
 def _worker_train(job: dict) -> dict:
     import torch
 
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.lstm.train import LossModule
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.train import LossModule
 
     _settings(job["after"], job["threads"])
     torch.manual_seed(0)
@@ -156,10 +156,10 @@ def random_recipe_lstm(nbest_dir: Path, utterances: int, into: Path) -> Path:
     """conf/lstm.json's shape with random weights over the hypotheses' most frequent words."""
     import torch
 
-    from lm_models.checkpoint import save_checkpoint
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.vocab import SPECIAL_TOKENS
     from rescorer.formats import read_nbest
+    from rescorer.lm_models.checkpoint import save_checkpoint
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.vocab import SPECIAL_TOKENS
 
     conf = json.loads((REPO / "recipes/librispeech_nbest/conf/lstm.json").read_text())
     model_conf, vocab_size = conf["model"], conf["data"]["vocab_size"]

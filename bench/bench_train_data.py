@@ -3,8 +3,8 @@
 A synthetic JSONL corpus (``--docs`` documents of 5 sentences, 5-12 words each from a Zipfian
 vocabulary of 5,000 words, a ``topic`` field) is written and cut into ``--shards`` shards
 (``rescorer corpus shard``). For each way of reading it, a fresh process (or two under
-torchrun) prepares the LSTM family's data (:func:`lm_models.lstm.data.prepare_data`: counts,
-vocabulary, examples) and draws one epoch of batches (no training), then reports its peak
+torchrun) prepares the LSTM family's data (:func:`rescorer.lm_models.lstm.data.prepare_data`:
+counts, vocabulary, examples) and draws one epoch of batches (no training), then reports its peak
 resident memory (``ru_maxrss``) and the training sentences it held at once (all of its share in
 memory; the largest shard when streamed).
 
@@ -70,9 +70,9 @@ def config(train: dict[str, str], dev: str, epochs: int = 1) -> dict:
 def measure(config_path: Path, out: Path) -> None:
     import torch
 
-    from lm_models.batching import bucket_parts
-    from lm_models.distributed import init_world
-    from lm_models.lstm.train import TrainConfig, prepare_data
+    from rescorer.lm_models.batching import bucket_parts
+    from rescorer.lm_models.distributed import init_world
+    from rescorer.lm_models.lstm.train import TrainConfig, prepare_data
 
     torch.set_num_threads(1)
     world = init_world("cpu")
@@ -110,7 +110,7 @@ def run_measure(config_path: Path, procs: int, tmp: Path, name: str) -> list[dic
 
 def train_run(config_path: Path, procs: int, out: Path) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    args = ["-m", "lm_models.lstm.train", str(config_path), "--out", str(out), "--quiet",
+    args = ["-m", "rescorer.lm_models.lstm.train", str(config_path), "--out", str(out), "--quiet",
             "--no-resume", "--data-dir", str(config_path.parent)]  # fmt: skip
     if procs == 1:
         cmd = [PY, *args]
@@ -133,7 +133,7 @@ def main() -> None:
         measure(args.measure, args.out)
         return
     sys.path.insert(0, str(REPO))
-    from lm_models.corpus_shards import write_shards
+    from rescorer.lm_models.corpus_shards import write_shards
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -165,8 +165,8 @@ def main() -> None:
         one_meta = json.loads((tmp / "m1" / "best" / "training.json").read_text())
         import torch
 
-        from lm_models.checkpoint import load_checkpoint
-        from lm_models.lstm.train import TrainConfig, evaluate, prepare_data
+        from rescorer.lm_models.checkpoint import load_checkpoint
+        from rescorer.lm_models.lstm.train import TrainConfig, evaluate, prepare_data
 
         torch.set_num_threads(1)
         model, _, _ = load_checkpoint(tmp / "m2" / "best")

@@ -349,7 +349,7 @@ def score_under_torchrun(
     import torch
     import torch.distributed as dist
 
-    from lm_models.distributed import close_world, world_from_env
+    from rescorer.lm_models.distributed import close_world, world_from_env
 
     me = world_from_env()
     check_new_features(nbest, job)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
 WORDS = [
     "the", "a", "cat", "dog", "sat", "ran", "on", "mat", "news", "ball", "goal", "price",

@@ -31,17 +31,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from lm_models.checkpoint import load_checkpoint
-from lm_models.corpora import Document, split_documents
-from lm_models.curves import LINE_STYLES, plot_dev_curves
-from lm_models.lstm.evaluate import perplexity, report_from_scores, value_scores
-from lm_models.lstm.inspect import context_pca, plot_pca, top_boosted_words
-from lm_models.lstm.train import CORPUS_READERS, TrainConfig, train
-from lm_models.vocab import Vocabulary
 from rescorer.core.data import default_data_dir
 from rescorer.core.device import resolve_device
 from rescorer.core.machine import cpu_name
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.corpora import Document, split_documents
+from rescorer.lm_models.curves import LINE_STYLES, plot_dev_curves
+from rescorer.lm_models.lstm.evaluate import perplexity, report_from_scores, value_scores
+from rescorer.lm_models.lstm.inspect import context_pca, plot_pca, top_boosted_words
+from rescorer.lm_models.lstm.train import CORPUS_READERS, TrainConfig, train
+from rescorer.lm_models.vocab import Vocabulary
 
 MODES = ("unadapted", "softmax_bias", "concat", "factor")
 LABELS = {

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from export.format import VECTOR_FIELD
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
@@ -31,6 +30,7 @@ from rescorer.contexts import read_contexts
 from rescorer.core.errors import InputError, check_same_ids
 from rescorer.core.io import check_input_file
 from rescorer.core.output import atomic_write
+from rescorer.export.format import VECTOR_FIELD
 from rescorer.refs import read_kaldi_text
 
 FIRST_PASS = "first-pass"

@@ -50,7 +50,7 @@ def corpus_shard(source: Path, out_dir: Path, n_shards: int, kind: str) -> None:
       rescorer corpus shard train.jsonl shards/ --shards 64
       rescorer corpus shard tr_imst-ud-train.conllu shards/ --shards 8
     """
-    from lm_models.corpus_shards import write_shards  # no torch: the shard module is plain
+    from rescorer.lm_models.corpus_shards import write_shards  # no torch: the shard module is plain
 
     index = write_shards(source, out_dir, n_shards, None if kind == "auto" else kind)
     click.echo(
@@ -69,7 +69,7 @@ def corpus_check(shard_dir: Path) -> None:
     Example:
       rescorer corpus check shards/
     """
-    from lm_models.corpus_shards import ShardIndex, check_all
+    from rescorer.lm_models.corpus_shards import ShardIndex, check_all
 
     index = ShardIndex.load(shard_dir)
     check_all(index)

@@ -47,7 +47,7 @@ def cue_vectors(model_dir: Path, contexts_path: Path, out_path: Path, device: st
     Example:
       rescorer cue-vectors --model exp/cue --contexts ctx.jsonl --out cue.jsonl
     """
-    from lm_models.cue.model import load_cue  # torch: imported here
+    from rescorer.lm_models.cue.model import load_cue  # torch: imported here
 
     contexts = read_contexts(contexts_path)
     if not contexts:
@@ -82,8 +82,8 @@ def cue_export(model_dir: Path, out_path: Path, check: bool) -> None:
     Example:
       rescorer cue-export --model exp/cue --out cue.onnx
     """
-    from export.cue_graph import check_cue_parity, export_cue  # torch, onnx: imported here
-    from lm_models.cue.model import load_cue
+    from rescorer.export.cue_graph import check_cue_parity, export_cue  # torch, onnx: imported here
+    from rescorer.lm_models.cue.model import load_cue
 
     lm = load_cue(model_dir, "cpu")
     result = export_cue(lm, out_path)

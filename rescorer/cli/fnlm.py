@@ -28,7 +28,7 @@ from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel, LMSpec
 from rescorer.lms.mixture import MixtureSpec, em_weights, relative_spec
 
-STRATEGY_NAMES = ("null", "all", "tail", "least")  # = lm_models.fnlm.factors.STRATEGIES
+STRATEGY_NAMES = ("null", "all", "tail", "least")  # = rescorer.lm_models.fnlm.factors.STRATEGIES
 
 
 # -- fnlm-train -----------------------------------------------------------------------------------
@@ -47,7 +47,7 @@ def fnlm_train(
 ) -> None:
     """Train a factored neural LM (Alexandrescu & Kirchhoff 2006) from a JSON config.
 
-    The config has "data", "model" and "train" sections (see lm_models.fnlm.train): corpus
+    The config has "data", "model" and "train" sections (see rescorer.lm_models.fnlm.train): corpus
     (conllu, plain, brown), factors (word, lemma, upos, xpos, feats, feat:NAME, lower, stem,
     suffix1-3, shape), order, sizes, class-factored output, count flattening, L2.
 
@@ -56,7 +56,7 @@ def fnlm_train(
       rescorer fnlm-train conf/tr_fnlm.json --out exp/tr/fnlm_seed0 --seed 0
       rescorer fnlm-train conf/big.json --train-shards shards/ --out exp/big  # plain/conllu
     """
-    from lm_models.fnlm.train import FNLMTrainConfig, train_fnlm  # torch: imported here
+    from rescorer.lm_models.fnlm.train import FNLMTrainConfig, train_fnlm  # torch: imported here
 
     run_config_trainer(
         FNLMTrainConfig, train_fnlm, config_path, out_dir, data_dir, seed, device, train_shards
@@ -123,9 +123,13 @@ def fnlm_eval(
     Example:
       rescorer fnlm-eval --model exp/tr/fnlm_seed0 --text tr_imst-ud-test.conllu
     """
-    from lm_models.fnlm.evaluate import mean_prob_after_unknown, perplexity_report, token_flags
-    from lm_models.fnlm.model import load_fnlm
-    from lm_models.fnlm.train import read_sentences
+    from rescorer.lm_models.fnlm.evaluate import (
+        mean_prob_after_unknown,
+        perplexity_report,
+        token_flags,
+    )
+    from rescorer.lm_models.fnlm.model import load_fnlm
+    from rescorer.lm_models.fnlm.train import read_sentences
 
     lm = load_fnlm(model_dir, device)
     trained = {}

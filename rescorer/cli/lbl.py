@@ -65,7 +65,7 @@ def _vector(model: Any, records: Sequence[dict[str, str]], option: str) -> Any:
     """The attribute vector of one record, or the average of several (Table 2)."""
     import torch
 
-    from lm_models.lbl.train import attribute_vector
+    from rescorer.lm_models.lbl.train import attribute_vector
 
     if not model.config.attributes:
         if records:
@@ -93,7 +93,7 @@ def lbl_train(
 ) -> None:
     """Train a (multiplicative attribute) log-bilinear LM from a JSON config.
 
-    The config has "data", "model" and "train" sections (see lm_models.lbl.train): corpus
+    The config has "data", "model" and "train" sections (see rescorer.lm_models.lbl.train): corpus
     (brown, jsonl), attribute fields ("genre", "doc" = the document id), order, K, factors F,
     attribute widths, "vocab_attribute" for unshared vocabularies (section 2.4); "factors": 0
     with no attributes is the plain LBL.
@@ -103,7 +103,7 @@ def lbl_train(
       rescorer lbl-train conf/atd.json --out exp/atd_seed0 --seed 0
       rescorer lbl-train conf/big.json --train-shards shards/ --out exp/big  # jsonl
     """
-    from lm_models.lbl.train import LBLTrainConfig, train_lbl  # torch: imported here
+    from rescorer.lm_models.lbl.train import LBLTrainConfig, train_lbl  # torch: imported here
 
     run_config_trainer(
         LBLTrainConfig, train_lbl, config_path, out_dir, data_dir, seed, device, train_shards
@@ -156,9 +156,9 @@ def lbl_infer(
     """
     import torch
 
-    from lm_models.corpora import read_jsonl
-    from lm_models.lbl.model import load_lbl
-    from lm_models.lbl.train import (
+    from rescorer.lm_models.corpora import read_jsonl
+    from rescorer.lm_models.lbl.model import load_lbl
+    from rescorer.lm_models.lbl.train import (
         InferenceOptions,
         encode_documents,
         infer_attributes,
@@ -173,7 +173,7 @@ def lbl_infer(
         raise click.BadParameter(str(err), param_hint="--attribute") from None
     docs = read_jsonl(text_path, tokenizer=str.split)
     if cfg.lower:
-        from lm_models.corpora import Document
+        from rescorer.lm_models.corpora import Document
 
         docs = [
             Document(d.doc_id, [[w.lower() for w in s] for s in d.sentences], d.fields)
@@ -265,8 +265,8 @@ def lbl_similar(
     Example:
       rescorer lbl-similar --model exp/atd_seed0 --word church --a genre=religion --b genre=news
     """
-    from lm_models.lbl.model import load_lbl
-    from lm_models.lbl.train import conditional_neighbours
+    from rescorer.lm_models.lbl.model import load_lbl
+    from rescorer.lm_models.lbl.train import conditional_neighbours
 
     model, vocab = load_lbl(model_dir)
     queries = list(words) + (_read_queries(queries_path) if queries_path else [])
@@ -320,8 +320,8 @@ def lbl_sample(
     Example:
       rescorer lbl-sample --model exp/atd_seed0 --context genre=religion --context genre=news
     """
-    from lm_models.lbl.model import load_lbl
-    from lm_models.lbl.train import sample_sentences
+    from rescorer.lm_models.lbl.model import load_lbl
+    from rescorer.lm_models.lbl.train import sample_sentences
 
     model, vocab = load_lbl(model_dir)
     x = _vector(model, [_record(c, "--context") for c in contexts], "--context")
@@ -350,8 +350,8 @@ def lbl_export(model_dir: Path, out_path: Path, context_text: str | None) -> Non
     Example:
       rescorer lbl-export exp/atd_seed0 atd_news.onnx --context genre=news
     """
-    from export.lbl_graph import TOLERANCE, export_lbl, lbl_parity
-    from lm_models.lbl.model import load_lbl
+    from rescorer.export.lbl_graph import TOLERANCE, export_lbl, lbl_parity
+    from rescorer.lm_models.lbl.model import load_lbl
 
     model, _ = load_lbl(model_dir)
     record = _record(context_text, "--context") if context_text else {}

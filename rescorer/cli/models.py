@@ -11,8 +11,6 @@ from typing import Any
 
 import click
 
-from export.format import KINDS as EXPORT_KINDS
-from export.format import VECTOR_KINDS
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
@@ -32,6 +30,8 @@ from rescorer.cli.options import (
 )
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.export.format import KINDS as EXPORT_KINDS
+from rescorer.export.format import VECTOR_KINDS
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LMSpec
 from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
@@ -276,8 +276,8 @@ def train_cmd(
 ) -> None:
     """Train a context-aware LSTM language model from a JSON config.
 
-    The config has "data", "model" and "train" sections (see lm_models.lstm.train). The best
-    checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best. Under torchrun
+    The config has "data", "model" and "train" sections (see rescorer.lm_models.lstm.train). The
+    best checkpoint (by dev perplexity) is OUT/best, usable as --lm torch:OUT/best. Under torchrun
     (`torchrun --nproc_per_node 8 -m rescorer train ...`) every process trains on its share of
     the data.
 
@@ -291,9 +291,13 @@ def train_cmd(
     """
     from dataclasses import replace
 
-    from lm_models.distributed import close_world, end_process
-    from lm_models.lstm.train import TrainConfig, train, with_train_shards  # torch is heavy
     from rescorer.core.data import default_data_dir
+    from rescorer.lm_models.distributed import close_world, end_process
+    from rescorer.lm_models.lstm.train import (  # torch is heavy
+        TrainConfig,
+        train,
+        with_train_shards,
+    )
 
     show_epochs()
     cfg = TrainConfig.load(config_path)
@@ -318,7 +322,7 @@ def train_cmd(
         f"checkpoint {out_dir / 'best'}"
     )
     if cfg.data.asr_units:
-        from lm_models.asr_tokens import checkpoint_asr_tokens
+        from rescorer.lm_models.asr_tokens import checkpoint_asr_tokens
 
         asr = checkpoint_asr_tokens(out_dir / "best")
         if asr is not None:
@@ -361,11 +365,11 @@ def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
     """
     import torch
 
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.corpora import read_jsonl
-    from lm_models.lstm.evaluate import classify as classify_docs
-    from lm_models.lstm.inspect import context_values
-    from lm_models.vocab import Vocabulary
+    from rescorer.lm_models.checkpoint import load_checkpoint
+    from rescorer.lm_models.corpora import read_jsonl
+    from rescorer.lm_models.lstm.evaluate import classify as classify_docs
+    from rescorer.lm_models.lstm.inspect import context_values
+    from rescorer.lm_models.vocab import Vocabulary
 
     model, tokens, _ = load_checkpoint(model_dir, device=device)
     values = context_values(model, field)
@@ -401,8 +405,8 @@ def inspect_cmd(model_dir: Path, field: str, top: int, pca_path: Path | None) ->
     Example:
       rescorer inspect --model exp/factor/best --field genre --top 8 --pca genres.png
     """
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.lstm.inspect import (
+    from rescorer.lm_models.checkpoint import load_checkpoint
+    from rescorer.lm_models.lstm.inspect import (
         adaptation_norms,
         context_pca,
         plot_pca,
@@ -531,16 +535,16 @@ def export_cmd(
       rescorer export exp/lm/best lm.onnx --kind score-token --tokens asr/tokens.txt  # online --lm
       rescorer export exp/prev/best prev.onnx --kind vector-scorer  # context_vector input
     """
-    from export.exporter import (  # imported here: torch is heavy
+    from rescorer.export.exporter import (  # imported here: torch is heavy
         ExportOptions,
         export_model,
         normalise_record,
         read_context_records,
     )
-    from export.format import DECODER_KINDS
-    from lm_models.asr_tokens import checkpoint_asr_tokens, read_tokens_txt
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.lstm.model import ContextLSTM
+    from rescorer.export.format import DECODER_KINDS
+    from rescorer.lm_models.asr_tokens import checkpoint_asr_tokens, read_tokens_txt
+    from rescorer.lm_models.checkpoint import load_checkpoint
+    from rescorer.lm_models.lstm.model import ContextLSTM
 
     multi = kind.startswith("multi")
     if context_pairs and kind in VECTOR_KINDS:
@@ -607,14 +611,14 @@ def export_cmd(
             "train with --tokens (and export with --tokens)"
         )
     if check:
-        from export.parity import check_parity
+        from rescorer.export.parity import check_parity
 
         report = check_parity(model, result.path)
         click.echo(report.describe())
         if not report.ok:
             raise click.ClickException(f"{result.path}: {report.describe()}")
     if quantize == "int8":
-        from export.quantize import quantize_int8
+        from rescorer.export.quantize import quantize_int8
         from rescorer.lms.onnx import perplexity_change
 
         q_path = quantize_int8(result.path)

@@ -90,7 +90,7 @@ def quiet() -> bool:
 def show_epochs() -> None:
     """Training commands print a line per epoch (train loss, dev perplexity, tokens/s) at the
     default verbosity: the training loop's INFO records are let through unless --quiet."""
-    training = logging.getLogger("lm_models.training")
+    training = logging.getLogger("rescorer.lm_models.training")
     # NOTSET with --quiet or -v/-vv: the root's level decides, as for every other logger
     louder = not quiet() and logging.getLogger().level > logging.INFO
     training.setLevel(logging.INFO if louder else logging.NOTSET)
@@ -495,7 +495,7 @@ def run_config_trainer(
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
     result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not quiet())
-    from lm_models.distributed import close_world, end_process  # torch is loaded by now
+    from rescorer.lm_models.distributed import close_world, end_process  # torch is loaded by now
 
     closed = close_world()  # under torchrun: every process leaves the group together
     click.echo(

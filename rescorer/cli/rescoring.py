@@ -610,8 +610,8 @@ def score(
 
 def end_torchrun_process() -> None:
     """A torchrun scoring process has left its group (scale_out.score_under_torchrun): exit
-    without the interpreter's teardown (lm_models.distributed.end_process says why)."""
-    from lm_models.distributed import end_process
+    without the interpreter's teardown (rescorer.lm_models.distributed.end_process says why)."""
+    from rescorer.lm_models.distributed import end_process
 
     end_process(True)
 

@@ -9,7 +9,8 @@ import click
 
 from rescorer.cli.options import EXISTING_FILE, OUT_FILE, handle_errors
 
-KINDS = ("unigram", "bpe")  # lm_models.tokenizer.TOKENIZER_KINDS (not imported: no torch here)
+# rescorer.lm_models.tokenizer.TOKENIZER_KINDS (not imported: no torch here)
+KINDS = ("unigram", "bpe")
 
 
 @click.group()
@@ -57,10 +58,10 @@ def tokenizer_train(
     Example:
       rescorer tokenizer train --text books.txt --vocab-size 16000 --out books16k.model
     """
-    from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
     from rescorer.core.errors import FileError
     from rescorer.core.io import read_lines
     from rescorer.core.output import atomic_write
+    from rescorer.lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 
     options = TokenizerOptions(
         kind=kind, vocab_size=vocab_size, max_sentences=max_sentences, seed=seed

@@ -15,7 +15,7 @@ rules the ``torch:`` and ``onnx:`` adapters share:
 * missing fields are simply absent from the key, and the model uses its expected context.
 
 Variables are described by anything with ``name``, ``kind`` ("categorical" | "numerical" | "text"),
-``values`` and ``dim`` attributes: :class:`lm_models.lstm.context.ContextVariable`, or the
+``values`` and ``dim`` attributes: :class:`rescorer.lm_models.lstm.context.ContextVariable`, or the
 torch-free :class:`ContextField` that ONNX exports describe in their metadata.
 """
 

@@ -17,8 +17,8 @@ blocks that large back to the kernel on every ``free`` (``mmap``/``munmap``) and
 page-faults them in again, zero-filled. Keeping freed memory for reuse (``mallopt``:
 ``M_MMAP_MAX`` = 0, a high ``M_TRIM_THRESHOLD``; the same as ``MALLOC_MMAP_MAX_=0
 MALLOC_TRIM_THRESHOLD_=...`` in the environment) made a training step of the recipe's LSTM
-1.6x faster before the output layer stopped allocating (``lm_models.output``). The cost: the
-process keeps its peak memory until it exits. ``RESCORER_MALLOC=system`` turns it off.
+1.6x faster before the output layer stopped allocating (``rescorer.lm_models.output``). The cost:
+the process keeps its peak memory until it exits. ``RESCORER_MALLOC=system`` turns it off.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CUE models (:mod:`lm_models.cue.model`) behind the LanguageModel contract (``cue:DIR``).
+"""CUE models (:mod:`rescorer.lm_models.cue.model`) behind the LanguageModel contract (``cue:DIR``).
 
 Contexts are the per-utterance context records (``--contexts`` files, :mod:`rescorer.contexts`):
 the fields the checkpoint declares (``context_fields``) are rendered as English strings
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from lm_models.cue.model import encode_batch, load_cue
-from lm_models.vocab import BOS_ID, EOS, EOS_ID
 from rescorer.core.device import resolve_device
+from rescorer.lm_models.cue.model import encode_batch, load_cue
+from rescorer.lm_models.vocab import BOS_ID, EOS, EOS_ID
 from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
 from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import CaseMapping, SubwordVocab

@@ -1,9 +1,9 @@
-"""Factored neural LMs (:mod:`lm_models.fnlm.model`) behind the LanguageModel contract
+"""Factored neural LMs (:mod:`rescorer.lm_models.fnlm.model`) behind the LanguageModel contract
 (``fnlm:DIR``).
 
 N-best hypotheses are plain words without annotation, so each word's factors are computed by
-the plain-text extractors of :mod:`lm_models.fnlm.factors` (the word, lower-cased form, stem,
-suffixes, shape). Factors that need annotation (lemma, POS, FEATS) come from the checkpoint's
+the plain-text extractors of :mod:`rescorer.lm_models.fnlm.factors` (the word, lower-cased form,
+stem, suffixes, shape). Factors that need annotation (lemma, POS, FEATS) come from the checkpoint's
 lexicon (``lexicon.txt``: each training word's most frequent annotation, as the paper obtained
 its factors from an analyser run over the text): a hypothesis word listed there gets that
 annotation, any other word has unknown annotation factors and gets the model's unknown-factor
@@ -13,8 +13,9 @@ lexicons existed) is refused: every history word would be unknown and its scores
 depend on the history.
 
 Words are case-mapped into the model's vocabulary as for KenLM (``case``). A word never seen in
-training is flagged OOV and scored as ``<unk>`` with the unseen-word share (lm_models.fnlm.model);
-a rare training word is in the vocabulary and gets its share of ``<unk>``.
+training is flagged OOV and scored as ``<unk>`` with the unseen-word share
+(rescorer.lm_models.fnlm.model); a rare training word is in the vocabulary and gets its share of
+``<unk>``.
 
 Scoring a batch: every token of every sentence becomes one (history, target) row; identical rows
 (N-best hypotheses share most of their n-grams) are scored once. All scores are natural logs.
@@ -30,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from lm_models.fnlm.factors import (
+from rescorer.core.constants import EOS
+from rescorer.core.device import resolve_device
+from rescorer.lm_models.fnlm.factors import (
     PLAIN_FACTORS,
     PlainWord,
     WordLike,
@@ -38,9 +41,7 @@ from lm_models.fnlm.factors import (
     needs_annotation,
     words_of_text,
 )
-from lm_models.fnlm.model import LEXICON_FILE, EncodedTokens, load_fnlm
-from rescorer.core.constants import EOS
-from rescorer.core.device import resolve_device
+from rescorer.lm_models.fnlm.model import LEXICON_FILE, EncodedTokens, load_fnlm
 from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
 from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import CaseMapping

@@ -1,5 +1,5 @@
-"""Multiplicative (attribute-gated) LBLs (:mod:`lm_models.lbl.model`) behind the LanguageModel
-contract (``lbl:DIR``).
+"""Multiplicative (attribute-gated) LBLs (:mod:`rescorer.lm_models.lbl.model`) behind the
+LanguageModel contract (``lbl:DIR``).
 
 Words map into the checkpoint's vocabulary after the case mapping (:class:`WordVocab`, as for
 ``torch:`` models); a word outside it is scored as ``<unk>`` and flagged by :meth:`oov_flags`.
@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from lm_models.lbl.model import attribute_ids, history_windows, load_lbl
-from lm_models.vocab import BOS_ID, EOS_ID
 from rescorer.core.context_key import ContextField, ContextKeys
 from rescorer.core.device import resolve_device
+from rescorer.lm_models.lbl.model import attribute_ids, history_windows, load_lbl
+from rescorer.lm_models.vocab import BOS_ID, EOS_ID
 from rescorer.lms.base import WordLM, check_advance, checkpoint_folder, loader, positive
 from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import WordVocab

@@ -43,11 +43,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
 from rescorer.core.context_key import ContextKey, history_lines
 from rescorer.core.errors import InputError
 from rescorer.core.json_input import json_number, read_format_json
 from rescorer.core.output import write_format_json
+from rescorer.lm_models.vocab import BOS_ID, EOS_ID, UNK_ID
 from rescorer.lms import base_spec, load_inner, parse_spec
 from rescorer.lms.contract import LMSpec
 from rescorer.lms.torch import TorchLM

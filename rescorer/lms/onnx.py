@@ -1,8 +1,8 @@
 """ONNX exports of the context LSTM behind the LanguageModel contract (``onnx:MODEL.onnx``).
 
-:class:`OnnxLM` runs a file written by ``rescorer export`` (:mod:`export.exporter`) with ONNX
-Runtime and numpy only -- no torch, no :mod:`lm_models` -- so it works wherever ONNX Runtime does.
-Everything it needs is in the file's metadata properties and the vocabulary file beside it
+:class:`OnnxLM` runs a file written by ``rescorer export`` (:mod:`rescorer.export.exporter`) with
+ONNX Runtime and numpy only -- no torch, no :mod:`lm_models` -- so it works wherever ONNX Runtime
+does. Everything it needs is in the file's metadata properties and the vocabulary file beside it
 (metadata ``vocab_file``):
 
 * ``export_kind`` decides how it scores. A sentence scorer (``scorer``, ``multi-scorer``) gives
@@ -48,13 +48,6 @@ from typing import Any
 
 import numpy as np
 
-from export.format import (
-    INPUTS,
-    NLL_KIND,
-    OUTPUTS,
-    SCORE_TOKEN_KIND,
-)
-from export.runtime import OnnxMeta, create_session
 from rescorer.core.context_key import (
     ContextField,
     ContextKey,
@@ -63,6 +56,13 @@ from rescorer.core.context_key import (
     without_field,
 )
 from rescorer.core.io import read_tokens
+from rescorer.export.format import (
+    INPUTS,
+    NLL_KIND,
+    OUTPUTS,
+    SCORE_TOKEN_KIND,
+)
+from rescorer.export.runtime import OnnxMeta, create_session
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import WordVocab
@@ -91,7 +91,7 @@ class OnnxLMState:
 
 
 class OnnxLM(WordLM):
-    """An ONNX export (:mod:`export.exporter`) behind the LanguageModel contract.
+    """An ONNX export (:mod:`rescorer.export.exporter`) behind the LanguageModel contract.
 
     ``path`` is the ``.onnx`` file (its vocabulary file is found through the metadata);
     ``device`` ``auto`` / None, ``cpu``, ``cuda`` or ``cuda:N``; ``case`` maps words into the

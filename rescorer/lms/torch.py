@@ -1,11 +1,12 @@
 """Neural language models of :mod:`lm_models` behind the LanguageModel contract (``torch:DIR``).
 
-:class:`TorchLM` loads a checkpoint folder (see :mod:`lm_models.checkpoint`) and scores word
-sequences with it. Words map to ids through the checkpoint's vocabulary (after the case mapping,
-as for KenLM); a word not in it is scored as ``<unk>`` and flagged by :meth:`TorchLM.oov_flags`.
-A checkpoint with a tokenizer (``tokenizer.model``, :mod:`lm_models.tokenizer`) is a subword
-model (``units == "subword"``): each word is cut into pieces, the prefix tree below runs over the
-pieces, and a word's value is the sum of its pieces' log-probabilities; no word is unknown.
+:class:`TorchLM` loads a checkpoint folder (see :mod:`rescorer.lm_models.checkpoint`) and scores
+word sequences with it. Words map to ids through the checkpoint's vocabulary (after the case
+mapping, as for KenLM); a word not in it is scored as ``<unk>`` and flagged by
+:meth:`TorchLM.oov_flags`. A checkpoint with a tokenizer (``tokenizer.model``,
+:mod:`rescorer.lm_models.tokenizer`) is a subword model (``units == "subword"``): each word is cut
+into pieces, the prefix tree below runs over the pieces, and a word's value is the sum of its
+pieces' log-probabilities; no word is unknown.
 
 How a batch of sentences is scored (the N-best lists of many utterances at once):
 
@@ -33,11 +34,12 @@ How a batch of sentences is scored (the N-best lists of many utterances at once)
 Context records are mappings of field -> value (``{"genre": "news"}``) or None, normalised by
 :class:`rescorer.core.context_key.ContextKeys` (shared with ``onnx:`` models). Fields the model
 does not declare are ignored (logged once); a categorical value it never saw in training is
-treated as missing (logged once), as training does (:func:`lm_models.lstm.data.context_record`);
-missing fields use the model's expected context embedding. A text field (e.g. ``previous``, the
-previous utterances' 1-best of ``rescorer context build``) is a context of its own per distinct
-text: each utterance's text is embedded once (the vectors are cached per string) and adapted
-once, with its hypotheses' prefixes shared, in forests as above.
+treated as missing (logged once), as training does
+(:func:`rescorer.lm_models.lstm.data.context_record`); missing fields use the model's expected
+context embedding. A text field (e.g. ``previous``, the previous utterances' 1-best of ``rescorer
+context build``) is a context of its own per distinct text: each utterance's text is embedded once
+(the vectors are cached per string) and adapted once, with its hypotheses' prefixes shared, in
+forests as above.
 
 A history model (trained with ``data.history``: runs of consecutive sentences read as one
 sequence; ``LSTMConfig.history`` names its field, ``previous``) reads the field's text itself
@@ -52,9 +54,9 @@ A neural cache (``ncache:``, :mod:`rescorer.lms.neural_cache`, attached with
 field groups sentences like any context (one memory per utterance, the forest batched as above),
 and each scored (node, word) pair takes its root's memory.
 
-A causal Transformer checkpoint (:mod:`lm_models.lstm.transformer`, no context) is scored the same
-way: its state is the key/value cache of the positions read, which grows by one position per
-depth, so the nodes of one depth stack into one batch as the LSTM's states do.
+A causal Transformer checkpoint (:mod:`rescorer.lm_models.lstm.transformer`, no context) is scored
+the same way: its state is the key/value cache of the positions read, which grows by one position
+per depth, so the nodes of one depth stack into one batch as the LSTM's states do.
 
 All scores are natural-log probabilities.
 """
@@ -72,11 +74,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
-from lm_models.lstm.model import AdaptedWeights, ContextLSTM
-from lm_models.lstm.transformer import CausalTransformerLM
-from lm_models.tokenizer import SubwordTokenizer
-from lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.core.context_key import (
     ContextField,
     ContextKey,
@@ -85,6 +82,11 @@ from rescorer.core.context_key import (
     without_field,
 )
 from rescorer.core.device import resolve_device
+from rescorer.lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
+from rescorer.lm_models.lstm.model import AdaptedWeights, ContextLSTM
+from rescorer.lm_models.lstm.transformer import CausalTransformerLM
+from rescorer.lm_models.tokenizer import SubwordTokenizer
+from rescorer.lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
 from rescorer.lms.word_vocab import SubwordVocab, WordVocab
@@ -147,8 +149,8 @@ class TorchLMState:
 
 
 class TorchLM(WordLM):
-    """A :class:`lm_models.lstm.model.ContextLSTM` (or a context-free
-    :class:`lm_models.lstm.transformer.CausalTransformerLM`) checkpoint behind the
+    """A :class:`rescorer.lm_models.lstm.model.ContextLSTM` (or a context-free
+    :class:`rescorer.lm_models.lstm.transformer.CausalTransformerLM`) checkpoint behind the
     LanguageModel contract.
 
     ``path`` is a checkpoint folder; ``device`` None or ``auto`` picks CUDA when available;

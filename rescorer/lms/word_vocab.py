@@ -21,9 +21,10 @@ from rescorer.core.constants import BOS, EOS
 from rescorer.text import CASE_MODES, case_function, choose_case
 
 if TYPE_CHECKING:
-    from lm_models.tokenizer import SubwordTokenizer
+    from rescorer.lm_models.tokenizer import SubwordTokenizer
 
-UNK_ID = 0  # id of <unk> in the toolkit's vocabularies (lm_models.vocab: <unk>=0, <s>=1, </s>=2)
+# id of <unk> in the toolkit's vocabularies (rescorer.lm_models.vocab: <unk>=0, <s>=1, </s>=2)
+UNK_ID = 0
 
 
 class CaseMapping:
@@ -112,9 +113,9 @@ class WordVocab(CaseMapping):
 class SubwordVocab(CaseMapping):
     """A subword model's units seen from the word side: each word cut into piece ids.
 
-    ``tokenizer`` is the checkpoint's :class:`lm_models.tokenizer.SubwordTokenizer` (piece ``i``
-    has id ``i``). Every word has pieces, so no word is out of vocabulary; ``case="auto"`` picks
-    the mapping under which more words are spelled by the tokenizer's own pieces (no bytes).
+    ``tokenizer`` is the checkpoint's :class:`rescorer.lm_models.tokenizer.SubwordTokenizer` (piece
+    ``i`` has id ``i``). Every word has pieces, so no word is out of vocabulary; ``case="auto"``
+    picks the mapping under which more words are spelled by the tokenizer's own pieces (no bytes).
     """
 
     def __init__(self, tokenizer: SubwordTokenizer, case: str = "auto") -> None:

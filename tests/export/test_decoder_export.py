@@ -3,7 +3,7 @@
 
 The expected values are written out per ASR id (the blank -inf, <sos/eos> = the model's </s>,
 <unk> = its <unk>, every other token its own unit) and computed with ``ContextLSTM.forward`` on
-the model's own ids, so a wrong table in the graph or in lm_models.asr_tokens shows here.
+the model's own ids, so a wrong table in the graph or in rescorer.lm_models.asr_tokens shows here.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from export.exporter import ExportOptions, export_checkpoint, export_model
-from export.parity import check_parity
-from export.runtime import check_asr_tokens
-from lm_models.asr_tokens import ASR_TOKENS_FILE, AsrTokens, read_tokens_txt
-from lm_models.checkpoint import save_checkpoint
 from rescorer.cli.main import main
 from rescorer.core.errors import InputError
+from rescorer.export.exporter import ExportOptions, export_checkpoint, export_model
+from rescorer.export.parity import check_parity
+from rescorer.export.runtime import check_asr_tokens
+from rescorer.lm_models.asr_tokens import ASR_TOKENS_FILE, AsrTokens, read_tokens_txt
+from rescorer.lm_models.checkpoint import save_checkpoint
 from rescorer.lms.onnx import OnnxLM
 from tests.onnx_helpers import VOCAB, WORDS, make_model
 

@@ -21,7 +21,10 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from export.exporter import (
+from rescorer.cli.main import main
+from rescorer.cli.models import EXPORT_KINDS
+from rescorer.core.errors import InputError
+from rescorer.export.exporter import (
     ExportOptions,
     all_context_records,
     context_records,
@@ -31,16 +34,13 @@ from export.exporter import (
     read_context_records,
     vocab_path_for,
 )
-from export.format import KINDS
-from export.graph import LayerWeights, LSTMWeights, step_graph
-from export.parity import ParityReport, check_parity
-from export.quantize import int8_path_for, quantize_int8
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.model import MODES, ContextLSTM
-from lm_models.word_classes import shortlist_classes
-from rescorer.cli.main import main
-from rescorer.cli.models import EXPORT_KINDS
-from rescorer.core.errors import InputError
+from rescorer.export.format import KINDS
+from rescorer.export.graph import LayerWeights, LSTMWeights, step_graph
+from rescorer.export.parity import ParityReport, check_parity
+from rescorer.export.quantize import int8_path_for, quantize_int8
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.model import MODES, ContextLSTM
+from rescorer.lm_models.word_classes import shortlist_classes
 from rescorer.lms.onnx import perplexity_change
 from tests.onnx_helpers import GENRE, GEO, TOPIC, VOCAB, make_model
 
@@ -587,12 +587,12 @@ def test_cli_export_errors(tmp_path: Path, ckpt: Path, monkeypatch: pytest.Monke
     result = run([geo, out, "--kind", "multi"])
     assert result.exit_code == 2 and "['geo'] are numerical" in result.output
     # A failed parity check is an error (exit 1), naming the file.
-    import export.parity
+    import rescorer.export.parity
 
     def failing(model: ContextLSTM, path: Path) -> ParityReport:
         return ParityReport("step", 0.5, 4)
 
-    monkeypatch.setattr(export.parity, "check_parity", failing)
+    monkeypatch.setattr(rescorer.export.parity, "check_parity", failing)
     result = run([ckpt, out])
     assert result.exit_code == 1 and "FAILED: max abs difference 5.00e-01" in result.output
 

@@ -42,11 +42,11 @@ import onnx
 import pytest
 import torch
 
-from export.exporter import ExportOptions, export_checkpoint, export_model
-from export.runtime import check_asr_tokens
-from lm_models.asr_tokens import ASR_TOKENS_FILE, AsrTokens, read_tokens_txt
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.model import ContextLSTM
+from rescorer.export.exporter import ExportOptions, export_checkpoint, export_model
+from rescorer.export.runtime import check_asr_tokens
+from rescorer.lm_models.asr_tokens import ASR_TOKENS_FILE, AsrTokens, read_tokens_txt
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.model import ContextLSTM
 from tests.export.test_decoder_export import ICEFALL, MOVED, RECORD
 from tests.export.tiny_transducer import (
     CONTEXT_SIZE,

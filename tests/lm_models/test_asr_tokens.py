@@ -11,7 +11,9 @@ import pytest
 import sentencepiece as spm
 from click.testing import CliRunner
 
-from lm_models.asr_tokens import (
+from rescorer.cli.main import main
+from rescorer.core.errors import InputError
+from rescorer.lm_models.asr_tokens import (
     ASR_TOKENS_FILE,
     NEVER,
     AsrTokens,
@@ -21,10 +23,8 @@ from lm_models.asr_tokens import (
     read_tokens_txt,
     toolkit_sentencepiece,
 )
-from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
-from lm_models.tokenizer import SubwordTokenizer
-from rescorer.cli.main import main
-from rescorer.core.errors import InputError
+from rescorer.lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
+from rescorer.lm_models.tokenizer import SubwordTokenizer
 from tests.lm_models.test_tokenizer import sentences
 
 ICEFALL = ("<blk>", "<sos/eos>", "<unk>", "▁A", "B", "▁C", "D")
@@ -257,7 +257,7 @@ def test_cli_train_over_the_asr_tokens(tmp_path: Path) -> None:
 
 
 def test_config_refuses_both_token_sources() -> None:
-    from lm_models.lstm.train import DataConfig
+    from rescorer.lm_models.lstm.train import DataConfig
 
     tok = {"kind": "bpe"}
     with pytest.raises(ValueError, match="give one or the other"):

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_models.batching import Example, bucket_batches, collate
-from lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
+from rescorer.lm_models.batching import Example, bucket_batches, collate
+from rescorer.lm_models.sampled_softmax import UnigramSampler, sampled_softmax_loss
 
 
 def test_buckets_respect_the_token_budget_and_cover_everything() -> None:

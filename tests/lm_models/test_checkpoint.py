@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lm_models import checkpoint as checkpoint_module
-from lm_models.checkpoint import MODEL_TYPES, load_checkpoint, save_checkpoint
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.core.errors import OutputError
+from rescorer.lm_models import checkpoint as checkpoint_module
+from rescorer.lm_models.checkpoint import MODEL_TYPES, load_checkpoint, save_checkpoint
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
 VARS = (
     ContextVariable.categorical("genre", ["news", "chat"], [3, 1], embed_dim=2, one_hot_bias=True),
@@ -249,7 +249,7 @@ def test_non_finite_weights_and_repeated_tokens_are_refused(saved: Path) -> None
 
 
 def test_class_factored_models_build_on_the_meta_device_too(tmp_path: Path) -> None:
-    from lm_models.checkpoint import _expected_shapes
+    from rescorer.lm_models.checkpoint import _expected_shapes
 
     cfg = LSTMConfig(vocab_size=8, embed_dim=4, hidden_dim=6, word_classes=(0, 0, 1, 1, 2, 2, 2, 3))
     shapes = _expected_shapes(ContextLSTM, cfg, tmp_path / "config.json")
@@ -258,7 +258,7 @@ def test_class_factored_models_build_on_the_meta_device_too(tmp_path: Path) -> N
 
 
 def test_transformers_embedders_load_safetensors_only(tmp_path: Path) -> None:
-    from lm_models.text_encoders import TransformersCLSEmbedder
+    from rescorer.lm_models.text_encoders import TransformersCLSEmbedder
 
     folder = tmp_path / "bert"
     folder.mkdir()

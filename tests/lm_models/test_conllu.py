@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lm_models.conllu import parse_feats, read_conllu, tagged_sentence, write_tagged_conllu
-from lm_models.corpora import Document, brown_coarse_tag, read_brown_tagged
-from lm_models.fnlm.train import read_sentences
 from rescorer.core.errors import InputError
+from rescorer.lm_models.conllu import parse_feats, read_conllu, tagged_sentence, write_tagged_conllu
+from rescorer.lm_models.corpora import Document, brown_coarse_tag, read_brown_tagged
+from rescorer.lm_models.fnlm.train import read_sentences
 
 # Two sentences: English with a multiword token (3-4 "page's"), and one with an empty node 2.1
 # (an elided verb, as in UD's gapping examples) and no final blank line.

@@ -1,5 +1,5 @@
-"""Derived text contexts (lm_models.context_text): previous sentences of the same document only,
-ASR-like noise at its rates, seeded draws."""
+"""Derived text contexts (rescorer.lm_models.context_text): previous sentences of the same document
+only, ASR-like noise at its rates, seeded draws."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from lm_models.context_text import WordNoise, WordSampler, corrupt, previous_texts
-from lm_models.corpora import Document
+from rescorer.lm_models.context_text import WordNoise, WordSampler, corrupt, previous_texts
+from rescorer.lm_models.corpora import Document
 
 N_WORDS = 120_000  # clean words the rates are measured over (5 standard errors ~ 0.004)
 TOLERANCE = 0.005

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lm_models.corpora import (
+from rescorer.core.errors import InputError
+from rescorer.lm_models.corpora import (
     PAPER_MAX_LEN,
     Document,
     brown_base_tag,
@@ -35,8 +36,7 @@ from lm_models.corpora import (
     split_sentences,
     tokenize,
 )
-from lm_models.vocab import build_vocabulary
-from rescorer.core.errors import InputError
+from rescorer.lm_models.vocab import build_vocabulary
 
 SETTINGS = settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
@@ -683,7 +683,7 @@ def test_real_vocabulary_round_trip(data_dir: Path, tmp_path: Path) -> None:
     root = data_dir / "corpora"
     if not (root / "brown" / "cats.txt").is_file():
         pytest.skip(f"corpora not found at {root}")
-    from lm_models.vocab import Vocabulary
+    from rescorer.lm_models.vocab import Vocabulary
 
     corpora = [
         read_brown(root / "brown"),

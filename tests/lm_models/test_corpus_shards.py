@@ -1,4 +1,4 @@
-"""The sharded corpus format (lm_models.corpus_shards): a stable partition of the lines, an
+"""The sharded corpus format (rescorer.lm_models.corpus_shards): a stable partition of the lines, an
 index that is checked, and a reader that holds one shard at a time."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lm_models.corpora import read_plain
-from lm_models.corpus_shards import (
+from rescorer.core.errors import InputError
+from rescorer.lm_models.corpora import read_plain
+from rescorer.lm_models.corpus_shards import (
     INDEX_FILE,
     ShardIndex,
     ShardReader,
@@ -21,7 +22,6 @@ from lm_models.corpus_shards import (
     lines_of,
     write_shards,
 )
-from rescorer.core.errors import InputError
 
 LINES = [f"w{i} x{i % 3} y" for i in range(11)]
 
@@ -140,7 +140,7 @@ def test_the_reader_holds_one_shard_at_a_time(tmp_path: Path) -> None:
 
 
 def test_conllu_sentences_are_the_units(tmp_path: Path) -> None:
-    from lm_models.conllu import read_conllu
+    from rescorer.lm_models.conllu import read_conllu
     from tests.lm_models.test_conllu import GOOD
 
     # GOOD: two sentences (a multiword token, an empty node, no final blank line); five of them

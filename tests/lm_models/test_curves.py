@@ -1,4 +1,4 @@
-"""lm_models.curves: the training-curve PNG of every recipe."""
+"""rescorer.lm_models.curves: the training-curve PNG of every recipe."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_models.curves import plot_dev_curves
+from rescorer.lm_models.curves import plot_dev_curves
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Data-parallel training (lm_models.distributed) through the shared epoch loop: two gloo
+"""Data-parallel training (rescorer.lm_models.distributed) through the shared epoch loop: two gloo
 processes on the CPU, each on its own batches, take the steps one process takes on their batches
 together; every family trains under it with the parameters equal in both processes, half the
 steps of one process, and the dev perplexity one process computes."""
@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from lm_models.distributed import (
+from rescorer.lm_models.distributed import (
     ONE_PROCESS,
     World,
     close_world,
@@ -33,7 +33,7 @@ from lm_models.distributed import (
     share,
     share_slices,
 )
-from lm_models.training import DevResult, FitOptions, Step, fit
+from rescorer.lm_models.training import DevResult, FitOptions, Step, fit
 from tests.paths import REPO as REPO_ROOT
 
 # A fixed regression problem: 64 rows, 8 batches of 8.
@@ -167,7 +167,7 @@ def _lines(n: int, seed: int) -> str:
 
 
 def _fnlm_config(tmp_path: Path) -> Any:
-    from lm_models.fnlm.train import FNLMTrainConfig
+    from rescorer.lm_models.fnlm.train import FNLMTrainConfig
 
     (tmp_path / "train.txt").write_text(_lines(200, 0))
     (tmp_path / "dev.txt").write_text(_lines(40, 1))
@@ -180,7 +180,7 @@ def _fnlm_config(tmp_path: Path) -> Any:
 
 
 def _lbl_config(tmp_path: Path) -> Any:
-    from lm_models.lbl.train import LBLTrainConfig
+    from rescorer.lm_models.lbl.train import LBLTrainConfig
     from tests.lm_models.lbl.test_lbl import write_jsonl  # two genres, different habits
 
     corpus = write_jsonl(tmp_path / "docs.jsonl", 20, 0)
@@ -203,7 +203,7 @@ def _run_family(family: str, cfg: Any, data_dir: Path, out: Path) -> dict[str, A
     model's parameters when fit returns, each epoch's steps, tokens and dev value."""
     import importlib
 
-    module = importlib.import_module(f"lm_models.{family}.train")
+    module = importlib.import_module(f"rescorer.lm_models.{family}.train")
     original = module.fit
     seen: dict[str, Any] = {}
 
@@ -263,8 +263,8 @@ def _same(a: float, b: float) -> None:
 
 @pytest.mark.slow
 def test_fnlm_in_two_processes(tmp_path: Path) -> None:
-    from lm_models.fnlm.model import load_fnlm
-    from lm_models.fnlm.train import read_train_dev
+    from rescorer.lm_models.fnlm.model import load_fnlm
+    from rescorer.lm_models.fnlm.train import read_train_dev
 
     one, two = _one_and_two("fnlm", tmp_path)
     # 200 sentences of 6 words + </s> = 1,400 rows: 44 batches of 32 in one process, 22 of
@@ -282,8 +282,8 @@ def test_fnlm_in_two_processes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_lbl_in_two_processes(tmp_path: Path) -> None:
-    from lm_models.lbl.model import load_lbl
-    from lm_models.lbl.train import (
+    from rescorer.lm_models.lbl.model import load_lbl
+    from rescorer.lm_models.lbl.train import (
         encode_documents,
         perplexity,
         read_documents,
@@ -303,8 +303,8 @@ def test_lbl_in_two_processes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_lstm_in_two_processes(tmp_path: Path) -> None:
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.lstm.train import evaluate, prepare_data
+    from rescorer.lm_models.checkpoint import load_checkpoint
+    from rescorer.lm_models.lstm.train import evaluate, prepare_data
 
     one, two = _one_and_two("lstm", tmp_path)
     model, _, meta = load_checkpoint(tmp_path / "two" / "best")
@@ -321,8 +321,8 @@ def test_lstm_in_two_processes(tmp_path: Path) -> None:
 def _cue_stages() -> dict[str, Any]:
     """The sentence LM, joint and proxy stages on the tiny CUE corpus; per stage the steps, the
     digest of the parameters, the best dev value and the same value computed in one process."""
-    from lm_models.cue.model import SentenceLM
-    from lm_models.cue.train import (
+    from rescorer.lm_models.cue.model import SentenceLM
+    from rescorer.lm_models.cue.train import (
         CUETrainOptions,
         cue_perplexity,
         make_data,
@@ -330,7 +330,7 @@ def _cue_stages() -> dict[str, Any]:
         train_cue,
         train_sentence_lm,
     )
-    from lm_models.text_encoders import HashEmbedder, VectorCache
+    from rescorer.lm_models.text_encoders import HashEmbedder, VectorCache
     from tests.lm_models.cue.test_cue import CTX_DIM, FIELDS, tiny_corpus, tiny_lm
 
     lm = tiny_lm()
@@ -400,7 +400,7 @@ def _torchrun(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 def test_fnlm_trains_under_torchrun(tmp_path: Path, shards: bool) -> None:
     """The module entry point under torchrun, from the corpus file or (--train-shards) from two
     shards, one per process: the same steps either way (each process a half of the rows)."""
-    from lm_models.corpus_shards import write_shards
+    from rescorer.lm_models.corpus_shards import write_shards
 
     _fnlm_config(tmp_path)  # writes the corpus
     config = {
@@ -410,7 +410,8 @@ def test_fnlm_trains_under_torchrun(tmp_path: Path, shards: bool) -> None:
         "train": {"epochs": 2, "batch_size": 32, "lr": 0.01},
     }  # fmt: skip
     (tmp_path / "c.json").write_text(json.dumps(config))
-    args = ["-m", "lm_models.fnlm.train", str(tmp_path / "c.json"), "--out", str(tmp_path / "m")]
+    args = ["-m", "rescorer.lm_models.fnlm.train", str(tmp_path / "c.json")]
+    args += ["--out", str(tmp_path / "m")]
     if shards:
         write_shards(tmp_path / "train.txt", tmp_path / "shards", 2)
         args += ["--train-shards", str(tmp_path / "shards")]
@@ -425,9 +426,9 @@ def test_fnlm_trains_under_torchrun(tmp_path: Path, shards: bool) -> None:
 def test_lstm_streams_its_own_shards_under_torchrun(tmp_path: Path) -> None:
     """Two processes, two shards: each process reads one shard and forms the batches one
     process forms from it, so the steps are the smaller shard's, the tokens about all."""
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.corpus_shards import write_shards
-    from lm_models.lstm.train import TrainConfig, evaluate, prepare_data, train
+    from rescorer.lm_models.checkpoint import load_checkpoint
+    from rescorer.lm_models.corpus_shards import write_shards
+    from rescorer.lm_models.lstm.train import TrainConfig, evaluate, prepare_data, train
     from tests.lm_models.lstm.test_train import write_corpus
 
     write_shards(write_corpus(tmp_path / "train.jsonl", 40, 0), tmp_path / "shards", 2)
@@ -442,7 +443,8 @@ def test_lstm_streams_its_own_shards_under_torchrun(tmp_path: Path) -> None:
     (tmp_path / "c.json").write_text(json.dumps(config))
     cfg = TrainConfig.load(tmp_path / "c.json")
     one = train(cfg, tmp_path, tmp_path / "one", progress=False)
-    args = ["-m", "lm_models.lstm.train", str(tmp_path / "c.json"), "--out", str(tmp_path / "m")]
+    args = ["-m", "rescorer.lm_models.lstm.train", str(tmp_path / "c.json")]
+    args += ["--out", str(tmp_path / "m")]
     proc = _torchrun([*args, "--quiet", "--data-dir", str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     model, _, meta = load_checkpoint(tmp_path / "m" / "last")
@@ -460,15 +462,16 @@ def test_lbl_reads_its_own_shard_under_torchrun(tmp_path: Path) -> None:
     """The LBL module entry point under torchrun with --train-shards: 2 shards, each process
     reads one (12 documents), and the whole corpus is seen once an epoch: the rows counted over
     the processes are the rows one process reads from the file."""
-    from lm_models.corpus_shards import shard_name, write_shards
-    from lm_models.lbl.train import read_corpus
+    from rescorer.lm_models.corpus_shards import shard_name, write_shards
+    from rescorer.lm_models.lbl.train import read_corpus
     from tests.lm_models.test_streamed_training import lbl_config
 
     cfg = lbl_config(tmp_path, epochs=2)  # writes docs.jsonl (24 documents) and dev.jsonl
     (tmp_path / "c.json").write_text(json.dumps(cfg.to_json()))
     write_shards(tmp_path / "docs.jsonl", tmp_path / "shards", 2)
     one = _run_family("lbl", cfg, tmp_path, tmp_path / "one")
-    args = ["-m", "lm_models.lbl.train", str(tmp_path / "c.json"), "--out", str(tmp_path / "m")]
+    args = ["-m", "rescorer.lm_models.lbl.train", str(tmp_path / "c.json")]
+    args += ["--out", str(tmp_path / "m")]
     args += ["--train-shards", str(tmp_path / "shards"), "--quiet", "--data-dir", str(tmp_path)]
     proc = _torchrun(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lm_models.output import ClassFactoredSoftmax, FullSoftmax
-from lm_models.word_classes import frequency_classes, shortlist_classes
+from rescorer.lm_models.output import ClassFactoredSoftmax, FullSoftmax
+from rescorer.lm_models.word_classes import frequency_classes, shortlist_classes
 
 V, IN, N = 53, 7, 11
 
@@ -215,7 +215,7 @@ def test_untied_singletons_get_rows_of_their_own_and_stay_exact() -> None:
 @pytest.fixture
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of 16 rows, so that N = 70 rows take five blocks, the last one partial."""
-    import lm_models.output as output
+    import rescorer.lm_models.output as output
 
     monkeypatch.setattr(output, "BLOCK_BYTES", 16 * V * 8)
 
@@ -229,7 +229,7 @@ def _blocked_case(seed: int = 0, n: int = 70):
 
 
 def test_blocked_target_log_softmax_equals_the_gathered_distribution(small_blocks: None) -> None:
-    from lm_models.output import block_rows, target_log_softmax
+    from rescorer.lm_models.output import block_rows, target_log_softmax
 
     assert block_rows(V, 8) == 16
     gen, z, weight, bias = _blocked_case()
@@ -248,7 +248,7 @@ def test_blocked_target_log_softmax_equals_the_gathered_distribution(small_block
 def test_blocked_target_log_softmax_gradients_equal_autograd_of_the_full_softmax(
     small_blocks: None,
 ) -> None:
-    from lm_models.output import target_log_softmax
+    from rescorer.lm_models.output import target_log_softmax
 
     gen, z, weight, bias = _blocked_case(seed=1)
     targets = torch.randint(1, V, (70,), generator=gen)
@@ -268,7 +268,7 @@ def test_blocked_target_log_softmax_with_a_bias_table_equals_the_expanded_bias(
 ) -> None:
     """A bias per sequence: table (C, V) and bias_of (N,) give the values and gradients of the
     softmax over z W^T + table[bias_of] (blocks of 16 rows cross the sequences' bounds)."""
-    from lm_models.output import target_log_softmax
+    from rescorer.lm_models.output import target_log_softmax
 
     gen, z, weight, _ = _blocked_case(seed=3)
     table = torch.randn(5, V, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -289,7 +289,7 @@ def test_blocked_target_log_softmax_with_a_bias_table_equals_the_expanded_bias(
 
 
 def test_blocked_target_log_softmax_refuses_gradients_with_several_targets_per_row() -> None:
-    from lm_models.output import target_log_softmax
+    from rescorer.lm_models.output import target_log_softmax
 
     _, z, weight, bias = _blocked_case()
     rows = torch.tensor([0, 0, 1])

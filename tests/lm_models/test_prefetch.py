@@ -1,6 +1,6 @@
-"""Prefetching batches in a background thread (lm_models.prefetch) and its use by the epoch loop
-and the LSTM trainer: the same items in the same order, errors raised in the consumer, no thread
-left behind, and training numbers that do not depend on it."""
+"""Prefetching batches in a background thread (rescorer.lm_models.prefetch) and its use by the epoch
+loop and the LSTM trainer: the same items in the same order, errors raised in the consumer, no
+thread left behind, and training numbers that do not depend on it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from lm_models.checkpoint import load_checkpoint
-from lm_models.lstm.train import TrainConfig, train
-from lm_models.prefetch import Prefetcher
-from lm_models.training import FitOptions, Step, fit
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.lstm.train import TrainConfig, train
+from rescorer.lm_models.prefetch import Prefetcher
+from rescorer.lm_models.training import FitOptions, Step, fit
 from tests.lm_models.lstm.test_data import previous_config
 
 

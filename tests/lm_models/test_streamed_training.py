@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lm_models.corpus_shards import ShardReader, write_shards
-from lm_models.distributed import ONE_PROCESS, close_world, end_process, total_counts
-from lm_models.fnlm.model import pattern_keys
-from lm_models.training import config_training_main
 from rescorer.core.errors import InputError
+from rescorer.lm_models.corpus_shards import ShardReader, write_shards
+from rescorer.lm_models.distributed import ONE_PROCESS, close_world, end_process, total_counts
+from rescorer.lm_models.fnlm.model import pattern_keys
+from rescorer.lm_models.training import config_training_main
 from tests.lm_models.lbl.test_lbl import write_jsonl
 from tests.lm_models.test_distributed import _free_port, _lines, _run_family, _same
 
@@ -52,7 +52,7 @@ def write_conllu(path: Path, n: int, seed: int) -> Path:
 
 
 def fnlm_config(tmp_path: Path, corpus: str = "plain", epochs: int = 2, **data: Any) -> Any:
-    from lm_models.fnlm.train import FNLMTrainConfig
+    from rescorer.lm_models.fnlm.train import FNLMTrainConfig
 
     if corpus == "plain":
         (tmp_path / "train.txt").write_text(_lines(200, 0))
@@ -77,8 +77,8 @@ def fnlm_config(tmp_path: Path, corpus: str = "plain", epochs: int = 2, **data: 
 def file_weights(cfg: Any, tmp_path: Path, n_shards: int) -> tuple[Any, dict[int, np.ndarray]]:
     """The one-process model from the file, and the count-flattening weights of the file's rows
     grouped as the shards group the sentences (sentence k in shard k mod n_shards)."""
-    from lm_models.fnlm.model import flattening_weights
-    from lm_models.fnlm.train import build_lm, patterns_of, read_train_dev
+    from rescorer.lm_models.fnlm.model import flattening_weights
+    from rescorer.lm_models.fnlm.train import build_lm, patterns_of, read_train_dev
 
     train, _ = read_train_dev(cfg.data, tmp_path)
     lm, summary = build_lm(cfg, train)
@@ -107,7 +107,7 @@ def assert_same_lm(a: Any, b: Any) -> None:
 
 @pytest.mark.parametrize("corpus", ["plain", "conllu"])
 def test_fnlm_shards_give_the_files_vocabularies_and_weights(corpus: str, tmp_path: Path) -> None:
-    from lm_models.fnlm.train import _data_streamed
+    from rescorer.lm_models.fnlm.train import _data_streamed
 
     cfg = fnlm_config(tmp_path, corpus)
     (lm, summary), weights = file_weights(cfg, tmp_path, 3)
@@ -142,7 +142,7 @@ def test_fnlm_from_one_shard_trains_as_from_the_file(tmp_path: Path) -> None:
 
 
 def lbl_config(tmp_path: Path, epochs: int = 2, **data: Any) -> Any:
-    from lm_models.lbl.train import LBLTrainConfig
+    from rescorer.lm_models.lbl.train import LBLTrainConfig
 
     write_jsonl(tmp_path / "docs.jsonl", 24, 0)
     write_jsonl(tmp_path / "dev.jsonl", 6, 1)
@@ -159,7 +159,7 @@ def lbl_config(tmp_path: Path, epochs: int = 2, **data: Any) -> Any:
 
 
 def test_lbl_shards_give_the_files_vocabulary_and_attributes(tmp_path: Path) -> None:
-    from lm_models.lbl.train import (
+    from rescorer.lm_models.lbl.train import (
         LBLCounts,
         build_model,
         model_of_counts,
@@ -202,8 +202,8 @@ def test_lbl_from_one_shard_trains_as_from_the_file(tmp_path: Path) -> None:
 
 
 def test_shard_configs_are_refused_with_one_clear_message(tmp_path: Path) -> None:
-    from lm_models.fnlm.train import FNLMTrainConfig, train_fnlm
-    from lm_models.lbl.train import LBLTrainConfig, train_lbl
+    from rescorer.lm_models.fnlm.train import FNLMTrainConfig, train_fnlm
+    from rescorer.lm_models.lbl.train import LBLTrainConfig, train_lbl
 
     lbl = {"corpus": "jsonl", "attributes": ["genre"]}
     for data, message in [
@@ -234,7 +234,7 @@ def test_shard_configs_are_refused_with_one_clear_message(tmp_path: Path) -> Non
 
 
 def test_train_shards_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from lm_models.lbl.train import LBLTrainConfig, train_lbl
+    from rescorer.lm_models.lbl.train import LBLTrainConfig, train_lbl
 
     lbl_config(tmp_path)  # the corpus
     write_shards(tmp_path / "docs.jsonl", tmp_path / "shards", 2)
@@ -243,7 +243,7 @@ def test_train_shards_on_the_command_line(tmp_path: Path, capsys: pytest.Capture
               "train": {"epochs": 1, "batch_size": 64}}  # fmt: skip
     (tmp_path / "c.json").write_text(json.dumps(config))
     args = [str(tmp_path / "c.json"), "--out", str(tmp_path / "m"), "--data-dir", str(tmp_path)]
-    main = ("python -m lm_models.lbl.train", None, LBLTrainConfig.load, train_lbl)
+    main = ("python -m rescorer.lm_models.lbl.train", None, LBLTrainConfig.load, train_lbl)
     with pytest.raises(SystemExit) as stop:
         config_training_main([*args, "--train-shards", "shards", "--quiet"], *main)
     assert stop.value.code == 2
@@ -292,7 +292,7 @@ def _shard_worker(rank: int, port: int, family: str, tmp: str) -> None:
     reads = start_shard_worker(rank, port)
     got: dict[str, Any] = {}
     if family == "fnlm":
-        import lm_models.fnlm.train as module
+        import rescorer.lm_models.fnlm.train as module
 
         compute = module.shard_weights
 
@@ -323,8 +323,8 @@ def _two_processes(family: str, tmp_path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_fnlm_in_two_processes_reads_its_own_shards(tmp_path: Path) -> None:
-    from lm_models.fnlm.model import load_fnlm
-    from lm_models.fnlm.train import read_train_dev
+    from rescorer.lm_models.fnlm.model import load_fnlm
+    from rescorer.lm_models.fnlm.train import read_train_dev
 
     cfg = fnlm_config(tmp_path, "conllu")
     (lm, _), weights = file_weights(cfg, tmp_path, 4)
@@ -347,8 +347,8 @@ def test_fnlm_in_two_processes_reads_its_own_shards(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_lbl_in_two_processes_reads_its_own_shards(tmp_path: Path) -> None:
-    from lm_models.lbl.model import load_lbl
-    from lm_models.lbl.train import (
+    from rescorer.lm_models.lbl.model import load_lbl
+    from rescorer.lm_models.lbl.train import (
         build_model,
         encode_documents,
         perplexity,

@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from lm_models import text_encoders
-from lm_models.text_encoders import HashEmbedder
+from rescorer.lm_models import text_encoders
+from rescorer.lm_models.text_encoders import HashEmbedder
 
 
 def reference(texts: list[str], dim: int) -> np.ndarray:

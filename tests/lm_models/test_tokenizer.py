@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint, save_checkpoint
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
-from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
-from lm_models.vocab import SPECIAL_TOKENS
+from rescorer.lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint, save_checkpoint
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+from rescorer.lm_models.vocab import SPECIAL_TOKENS
 
 SYLLABLES = ["ka", "lo", "mi", "ner", "sto", "vu", "pre", "tan", "ing", "ed"]
 

@@ -1,4 +1,4 @@
-"""The shared epoch loop (lm_models.training.fit): early stopping, lr decay, step cap."""
+"""The shared epoch loop (rescorer.lm_models.training.fit): early stopping, lr decay, step cap."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lm_models.training import BestKeeper, DevResult, EpochRecord, FitOptions, Step, fit
+from rescorer.lm_models.training import BestKeeper, DevResult, EpochRecord, FitOptions, Step, fit
 
 
 def scripted_run(
@@ -71,7 +71,7 @@ def test_max_seconds_stops_after_the_epoch_that_spends_the_budget(monkeypatch) -
     """A fake clock that only steps move (2.5 s each, 4 steps per epoch: 10 s an epoch) and a
     budget of 25 s: epochs 1-3 run (the third starts at 20 s, under the budget; it ends at 30 s),
     the fourth never starts, and the best epoch's weights are restored as usual."""
-    import lm_models.training as training
+    import rescorer.lm_models.training as training
 
     now = [0.0]
     monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lm_models.vocab import (
+from rescorer.core.errors import InputError
+from rescorer.lm_models.vocab import (
     BOS,
     BOS_ID,
     EOS,
@@ -22,7 +23,6 @@ from lm_models.vocab import (
     build_vocabulary,
     counted_vocabulary,
 )
-from rescorer.core.errors import InputError
 
 SETTINGS = settings(
     max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None

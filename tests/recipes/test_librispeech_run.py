@@ -179,10 +179,10 @@ def tiny_cue_pair(books: Path, out: Path) -> dict[str, Path]:
     """Two tiny subword CUE checkpoints over pieces of ``books``: ``prev`` reads the field
     ``prev`` (a hashed vector), ``none`` no field; random weights (the recipe's plumbing is
     under test, not the model)."""
-    from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLMConfig
-    from lm_models.text_encoders import HashEmbedder
-    from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
-    from lm_models.vocab import Vocabulary
+    from rescorer.lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLMConfig
+    from rescorer.lm_models.text_encoders import HashEmbedder
+    from rescorer.lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+    from rescorer.lm_models.vocab import Vocabulary
 
     lines = [line.split() for line in books.read_text().splitlines()[:3000] if line.strip()]
     tok = SubwordTokenizer.train(lines, TokenizerOptions(vocab_size=400))

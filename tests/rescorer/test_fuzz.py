@@ -34,15 +34,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from lm_models.checkpoint import read_tokens
-from lm_models.fnlm.train import FNLMTrainConfig
-from lm_models.lbl.train import LBLTrainConfig
-from lm_models.lstm.train import TrainConfig
-from lm_models.vocab import Vocabulary
 from rescorer.combine import Weights
 from rescorer.contexts import read_contexts
 from rescorer.core.errors import InputError
 from rescorer.keyboard import SentenceResult, read_sentence_results, read_sentences
+from rescorer.lm_models.checkpoint import read_tokens
+from rescorer.lm_models.fnlm.train import FNLMTrainConfig
+from rescorer.lm_models.lbl.train import LBLTrainConfig
+from rescorer.lm_models.lstm.train import TrainConfig
+from rescorer.lm_models.vocab import Vocabulary
 from rescorer.predict import read_requests, read_word_list
 from rescorer.refs import read_kaldi_text, read_references, read_trn, read_utt2spk
 

@@ -93,8 +93,8 @@ def test_unions_name_every_arm() -> None:
 
 def test_training_configs_are_type_checked_at_load(tmp_path: Path) -> None:
     """A mistyped value is the config file's input error at load, not a failure mid-training."""
-    from lm_models.fnlm.train import FNLMTrainConfig
-    from lm_models.lstm.train import TrainConfig
+    from rescorer.lm_models.fnlm.train import FNLMTrainConfig
+    from rescorer.lm_models.lstm.train import TrainConfig
 
     bad = tmp_path / "c.json"
     bad.write_text(
@@ -111,7 +111,7 @@ def test_training_configs_are_type_checked_at_load(tmp_path: Path) -> None:
 
 
 def test_checkpoint_configs_are_type_checked() -> None:
-    from lm_models.lstm.model import LSTMConfig
+    from rescorer.lm_models.lstm.model import LSTMConfig
 
     with pytest.raises(
         ValueError, match=r"LSTM config\.hidden_dim: expected an integer, got a string"

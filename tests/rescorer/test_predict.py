@@ -14,11 +14,11 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.cli.main import main
 from rescorer.core.errors import InputError
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.lms import load_lm
 from rescorer.lms.kenlm import KenLM
 from rescorer.predict import (

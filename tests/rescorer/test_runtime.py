@@ -9,11 +9,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.cli.main import main
 from rescorer.core import runtime
 from rescorer.core.device import resolve_device
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +95,7 @@ def test_onnx_sessions_take_the_configured_threads(tmp_path: Path) -> None:
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from export.runtime import create_session
+    from rescorer.export.runtime import create_session
 
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["y"])],

@@ -203,8 +203,8 @@ def test_shard_and_ray_options_are_checked(scored: dict[str, Path], tmp_path: Pa
 def _torch_checkpoint(tmp_path: Path) -> Path:
     import torch
 
-    from lm_models.checkpoint import save_checkpoint
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.checkpoint import save_checkpoint
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
     vocab = ["<unk>", "<s>", "</s>", "a", "b", "c", "cat", "dog", "sat", "ran", "on", "mat"]
     torch.manual_seed(3)

@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from lm_models.lbl.train import LBLTrainConfig, read_documents
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.lbl.train import LBLTrainConfig, read_documents
 
 
 def main() -> None:

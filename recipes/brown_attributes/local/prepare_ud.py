@@ -5,8 +5,8 @@
 Reads every ``.conllu`` file of ``ud/UD_English-LinES``, ``ud/UD_Turkish-IMST`` and
 ``ud/UD_Uyghur-UDT`` and writes one JSON line per run of consecutive sentences (a
 "document") with its language as the ``lang`` field, in the format of
-:func:`lm_models.corpora.read_jsonl` (word forms, space-separated). The LBL trainer then splits
-the documents 80/10/10, stratified by language, and ``lang`` selects the output vocabulary.
+:func:`rescorer.lm_models.corpora.read_jsonl` (word forms, space-separated). The LBL trainer then
+splits the documents 80/10/10, stratified by language, and ``lang`` selects the output vocabulary.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from lm_models.conllu import iter_conllu
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.conllu import iter_conllu
 
 # Treebank folder under DATA_DIR/ud -> the value of the ``lang`` attribute.
 TREEBANKS = {"UD_English-LinES": "en", "UD_Turkish-IMST": "tr", "UD_Uyghur-UDT": "ug"}

@@ -32,10 +32,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_models.corpora import Document
-from lm_models.curves import LINE_STYLES, plot_dev_curves
-from lm_models.lbl.model import LBL, load_lbl
-from lm_models.lbl.train import (
+from rescorer.core.machine import describe_machine
+from rescorer.core.output import atomic_write
+from rescorer.lm_models.corpora import Document
+from rescorer.lm_models.curves import LINE_STYLES, plot_dev_curves
+from rescorer.lm_models.lbl.model import LBL, load_lbl
+from rescorer.lm_models.lbl.train import (
     EncodedRows,
     InferenceOptions,
     LBLTrainConfig,
@@ -52,9 +54,7 @@ from lm_models.lbl.train import (
     sample_sentences,
     score_rows,
 )
-from lm_models.vocab import BOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary
-from rescorer.core.machine import describe_machine
-from rescorer.core.output import atomic_write
+from rescorer.lm_models.vocab import BOS_ID, SPECIAL_TOKENS, UNK_ID, Vocabulary
 
 CLASSIFY_TOKENS = 150  # tokens of each document used to infer its genre vector
 CLASSIFY_TRAIN_EVERY = 2  # every 2nd training document trains the logistic regression

@@ -82,7 +82,8 @@ import numpy as np
 import torch
 from results import ABLATION_SETS, encoder_row_name  # this folder's tables (no model code)
 
-from lm_models.corpora import (
+from rescorer.core.errors import FileError
+from rescorer.lm_models.corpora import (
     Document,
     chunk_documents,
     read_brown,
@@ -91,8 +92,8 @@ from lm_models.corpora import (
     read_state_union,
     split_documents,
 )
-from lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
-from lm_models.cue.train import (
+from rescorer.lm_models.cue.model import CUELM, CUEConfig, CUEModel, SentenceLM, SentenceLMConfig
+from rescorer.lm_models.cue.train import (
     CUEData,
     CUETrainOptions,
     cue_perplexity,
@@ -104,14 +105,14 @@ from lm_models.cue.train import (
     train_sentence_lm,
     warm_start_decoder,
 )
-from lm_models.text_encoders import VectorCache, make_embedder
-from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
-from lm_models.vocab import Vocabulary
-from rescorer.core.errors import FileError
+from rescorer.lm_models.text_encoders import VectorCache, make_embedder
+from rescorer.lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+from rescorer.lm_models.vocab import Vocabulary
 
 logger = logging.getLogger("cue_brown")
 
-# Under runs/NAME/: the resumable state of the run's training stages (lm_models.cue.resume).
+# Under runs/NAME/: the resumable state of the run's training stages
+# (rescorer.lm_models.cue.resume).
 STAGE = "stage"
 # Table 3's context sets, in training order (a conf may define a subset: ``none`` and ``prev``
 # are the comparison a short budget must reach).
@@ -345,7 +346,7 @@ def vector_cache(conf: dict, exp: Path, embedder_spec: str) -> VectorCache:
 
 
 def embed(conf: dict, exp: Path, embedder_spec: str) -> None:
-    from lm_models.cue.model import render_context
+    from rescorer.lm_models.cue.model import render_context
 
     cache = vector_cache(conf, exp, embedder_spec)
     before = len(cache)
@@ -515,7 +516,7 @@ def pretrain(conf: dict, exp: Path) -> None:
             "pretraining the %s sentence encoder (%d parameters)", kind, model.num_parameters()
         )
         result = train_sentence_lm(model, train, dev, opts, resume=out / STAGE / "1")
-        from lm_models.checkpoint import save_checkpoint
+        from rescorer.lm_models.checkpoint import save_checkpoint
 
         save_checkpoint(out / "model", model, vocab.tokens, {"stage": "sentence", "kind": kind})
         test_units = sentence_lm_perplexity(model, test)
@@ -574,7 +575,7 @@ def new_cue_model(
     the new modules initialised from ``seed`` (default: the recipe's seed)."""
     from safetensors.torch import load_file
 
-    from lm_models.cue.model import load_sentence_lm
+    from rescorer.lm_models.cue.model import load_sentence_lm
 
     dim = 384 if embedder == "minilm" or embedder.startswith("hash") else 0
     if embedder.startswith("hash:"):
@@ -649,7 +650,7 @@ class Runner:
 
     def load(self, name: str) -> CUEModel:
         if name not in self.models:
-            from lm_models.cue.model import load_cue
+            from rescorer.lm_models.cue.model import load_cue
 
             self.models[name] = load_cue(self.runs / name / "model").model
         return self.models[name]
@@ -1042,7 +1043,7 @@ def cache_split(
 def cache_analysis(conf: dict, exp: Path) -> None:
     """runs/cache_split.json: :func:`cache_split` on the tables' test sentences for every
     kept Table 3 context run against the control of the same seed (runs/NAME/model)."""
-    from lm_models.cue.model import load_cue
+    from rescorer.lm_models.cue.model import load_cue
 
     runs = exp / "runs"
     if not (exp / "data" / "test.json").is_file():

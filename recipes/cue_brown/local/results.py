@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lm_models.curves import plot_dev_curves
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.curves import plot_dev_curves
 
 PAPER_T3 = [None, 36.6, 35.9, 29.8, 27.4]
 # Table 3's ablation sets in table order; cue_brown.py runs each where the conf defines its set.

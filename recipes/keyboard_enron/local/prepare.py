@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from lm_models.corpora import read_brown
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.corpora import read_brown
 
 DIGITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 # Dotted abbreviations and initials (U.S., a.m., J.), upper-case words, other words.

@@ -50,7 +50,7 @@ def wall_time(exp: Path) -> str:
 def lstm_line(exp: Path) -> str:
     if not (exp / "lstm" / "best" / "training.json").exists():
         return "- Word LSTM: not trained."
-    from lm_models.lstm.summary import TrainingSummary
+    from rescorer.lm_models.lstm.summary import TrainingSummary
 
     run = TrainingSummary.of(exp / "lstm")
     m = run.config["model"]

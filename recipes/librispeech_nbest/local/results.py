@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_models.lstm.summary import TrainingSummary
 from rescorer.combine import Weights, best_index, one_best, total_scores
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
 from rescorer.formats import read_nbest
+from rescorer.lm_models.lstm.summary import TrainingSummary
 from rescorer.lms.cache import CacheSpec
 from rescorer.lms.neural_cache import NeuralCacheSpec
 from rescorer.refs import read_kaldi_text, read_references

@@ -6,7 +6,7 @@ A treebank conf names its train/dev/test CoNLL-U files (``treebank``, ``prefix``
 Brown conf (``brown``: the corpus folder) is made into CoNLL-U here first: the documents split
 80/10/10 by ``split`` (stratified by genre, ``split_seed``), each split written to
 ``{train,dev,test}.conllu`` with the Brown tag as XPOS and its coarse tag as UPOS
-(:func:`lm_models.corpora.brown_coarse_tag`; ``PUNCT`` for punctuation); from there on both
+(:func:`rescorer.lm_models.corpora.brown_coarse_tag`; ``PUNCT`` for punctuation); from there on both
 take the same path. Writes, from the train/dev/test CoNLL-U files:
 - ``{train,dev,test}.txt``: one sentence per line, the tokens every model predicts (surface
   tokens, lower-cased, punctuation left out, as the conf says), for lmplz and for rescorer ppl;
@@ -23,11 +23,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from lm_models.conllu import write_tagged_conllu
-from lm_models.corpora import brown_coarse_tag, read_brown_tagged, split_documents
-from lm_models.fnlm.factors import FactorSettings
-from lm_models.fnlm.train import read_sentences
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.conllu import write_tagged_conllu
+from rescorer.lm_models.corpora import brown_coarse_tag, read_brown_tagged, split_documents
+from rescorer.lm_models.fnlm.factors import FactorSettings
+from rescorer.lm_models.fnlm.train import read_sentences
 
 SPLITS = ("train", "dev", "test")
 RARE = "<rare>"

@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 from prepare import conllu  # local/prepare.py, beside this script
 
-from lm_models.curves import plot_dev_curves
-from lm_models.fnlm.evaluate import TokenFlags, mean_prob_after_unknown, token_flags
-from lm_models.fnlm.factors import FactorSettings, words_of_text
-from lm_models.fnlm.model import FactoredLM, load_fnlm
-from lm_models.fnlm.train import read_sentences
-from lm_models.vocab import UNK_ID
 from rescorer.core.machine import describe_machine
 from rescorer.core.output import atomic_write
+from rescorer.lm_models.curves import plot_dev_curves
+from rescorer.lm_models.fnlm.evaluate import TokenFlags, mean_prob_after_unknown, token_flags
+from rescorer.lm_models.fnlm.factors import FactorSettings, words_of_text
+from rescorer.lm_models.fnlm.model import FactoredLM, load_fnlm
+from rescorer.lm_models.fnlm.train import read_sentences
+from rescorer.lm_models.vocab import UNK_ID
 from rescorer.lms.kenlm import KenLM
 from rescorer.lms.mixture import em_weights, mix_logprobs
 
@@ -83,9 +83,9 @@ def arpa_counts(path: Path) -> list[int]:
 def rare_class_ngram(ngram: KenLM, tokens: list[list[str]], lm: FactoredLM) -> np.ndarray:
     """ln P per token (words, </s>) of the 3-gram trained with rare words as ``<rare>``.
 
-    Words are scored as the NLMs score them (lm_models.fnlm.model): a frequent word as itself, a
-    rare training word as P(<rare>|h) (1 - beta) / n_rare, an unseen word as P(<rare>|h) beta, with
-    the NLMs' beta and n_rare; rare and unseen words in a history are ``<rare>`` too.
+    Words are scored as the NLMs score them (rescorer.lm_models.fnlm.model): a frequent word as
+    itself, a rare training word as P(<rare>|h) (1 - beta) / n_rare, an unseen word as P(<rare>|h)
+    beta, with the NLMs' beta and n_rare; rare and unseen words in a history are ``<rare>`` too.
     """
     cfg = lm.config
     mapped = [[t if lm.target(t)[0] != UNK_ID else RARE for t in s] for s in tokens]

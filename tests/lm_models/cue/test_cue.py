@@ -1,4 +1,5 @@
-"""CUE (lm_models.cue.model, lm_models.cue.train, lm_models.text_encoders): quick tests."""
+"""CUE (rescorer.lm_models.cue.model, rescorer.lm_models.cue.train,
+rescorer.lm_models.text_encoders): quick tests."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from lm_models.checkpoint import load_checkpoint
-from lm_models.cue.model import (
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.cue.model import (
     CUELM,
     CUEConfig,
     CUEModel,
@@ -27,7 +28,7 @@ from lm_models.cue.model import (
     render_context,
     unigram_distributions,
 )
-from lm_models.cue.train import (
+from rescorer.lm_models.cue.train import (
     CUETrainOptions,
     cue_perplexity,
     make_data,
@@ -38,8 +39,8 @@ from lm_models.cue.train import (
     train_sentence_lm,
     warm_start_decoder,
 )
-from lm_models.text_encoders import HashEmbedder, VectorCache, make_embedder
-from lm_models.vocab import Vocabulary
+from rescorer.lm_models.text_encoders import HashEmbedder, VectorCache, make_embedder
+from rescorer.lm_models.vocab import Vocabulary
 
 WORDS = [
     "the",
@@ -416,7 +417,7 @@ def test_a_decoder_without_its_mask_fails_the_causality_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The mutation the test above exists for: attention over the whole sentence."""
-    import lm_models.cue.model as cue_model
+    import rescorer.lm_models.cue.model as cue_model
 
     _, model = _causal_variants()[0]
     ids, cue = _causal_inputs()
@@ -432,7 +433,7 @@ def test_the_export_graph_is_causal(tmp_path: Path) -> None:
     token log-probabilities up to it, ignore the tokens after it."""
     import onnxruntime as ort
 
-    from export.cue_graph import export_cue
+    from rescorer.export.cue_graph import export_cue
 
     lm = tiny_lm(seed=3)
     result = export_cue(lm, tmp_path / "cue.onnx")
@@ -487,7 +488,7 @@ def test_pretrained_encoder_loads_offline() -> None:
     """all-MiniLM-L6-v2 from site-packages with the hub disabled and no network route."""
     code = (
         "import numpy as np\n"
-        "from lm_models.text_encoders import make_embedder\n"
+        "from rescorer.lm_models.text_encoders import make_embedder\n"
         "e = make_embedder('minilm')\n"
         "v = e.embed(['genre: news', 'genre: press reportage', 'the cat sat on the mat'])\n"
         "assert v.shape == (3, 384), v.shape\n"
@@ -511,7 +512,7 @@ def test_pretrained_encoder_loads_offline() -> None:
 
 @pytest.mark.parametrize("steps", [0, 1, 2, 9, 10, 19, 20, 57])
 def test_one_cycle_schedule_runs_any_number_of_steps(steps: int) -> None:
-    from lm_models.cue.train import one_cycle
+    from rescorer.lm_models.cue.train import one_cycle
 
     param = torch.zeros(1, requires_grad=True)
     opt = torch.optim.SGD([param], lr=0.1)

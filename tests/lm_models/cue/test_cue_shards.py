@@ -1,6 +1,6 @@
-"""CUE trained from a shard folder of sentence records (lm_models.cue.shards): the vocabulary of
-the shards' merged counts is the file's, one shard trains bit for bit as the same data in
-memory, each process reads only its own shards one at a time, the string vectors are kept on
+"""CUE trained from a shard folder of sentence records (rescorer.lm_models.cue.shards): the
+vocabulary of the shards' merged counts is the file's, one shard trains bit for bit as the same data
+in memory, each process reads only its own shards one at a time, the string vectors are kept on
 disk per shard under a key, and bad shards are input errors naming the file and line."""
 
 from __future__ import annotations
@@ -19,16 +19,17 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from lm_models.corpus_shards import INDEX_FILE, ShardIndex, ShardReader, write_shards
-from lm_models.cue.model import SentenceLM, render_context
-from lm_models.cue.shards import (
+from rescorer.core.errors import InputError
+from rescorer.lm_models.corpus_shards import INDEX_FILE, ShardIndex, ShardReader, write_shards
+from rescorer.lm_models.cue.model import SentenceLM, render_context
+from rescorer.lm_models.cue.shards import (
     CUEShards,
     ShardCounts,
     ShardVectors,
     count_shards,
     read_sentence_records,
 )
-from lm_models.cue.train import (
+from rescorer.lm_models.cue.train import (
     CUEData,
     CUETrainOptions,
     batch_count,
@@ -38,10 +39,9 @@ from lm_models.cue.train import (
     train_proxy_autoencoder,
     train_sentence_lm,
 )
-from lm_models.distributed import ONE_PROCESS, World, close_world, end_process, init_world
-from lm_models.text_encoders import HashEmbedder, VectorCache
-from lm_models.vocab import build_vocabulary
-from rescorer.core.errors import InputError
+from rescorer.lm_models.distributed import ONE_PROCESS, World, close_world, end_process, init_world
+from rescorer.lm_models.text_encoders import HashEmbedder, VectorCache
+from rescorer.lm_models.vocab import build_vocabulary
 from tests.lm_models.cue.test_cue import CTX_DIM, FIELDS, tiny_corpus, tiny_lm, tiny_vocab
 from tests.lm_models.test_distributed import _digest, _free_port
 

@@ -1,5 +1,5 @@
-"""Resumable CUE stages (lm_models.cue.resume): a stage stopped after an epoch and called again
-with its folder ends where an uninterrupted run ends."""
+"""Resumable CUE stages (rescorer.lm_models.cue.resume): a stage stopped after an epoch and called
+again with its folder ends where an uninterrupted run ends."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lm_models.cue.train import (
+from rescorer.lm_models.cue.train import (
     CUETrainOptions,
     StageResult,
     make_data,
     train_cue,
     train_sentence_lm,
 )
-from lm_models.text_encoders import HashEmbedder, VectorCache
+from rescorer.lm_models.text_encoders import HashEmbedder, VectorCache
 from tests.lm_models.cue.test_cue import CTX_DIM, FIELDS, tiny_corpus, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_models.conllu import read_conllu
-from lm_models.fnlm.factors import (
+from rescorer.core.errors import InputError
+from rescorer.lm_models.conllu import read_conllu
+from rescorer.lm_models.fnlm.factors import (
     UNKNOWN,
     FactorEncoder,
     FactorSettings,
@@ -24,7 +25,6 @@ from lm_models.fnlm.factors import (
     words_of_conllu,
     words_of_tagged,
 )
-from rescorer.core.errors import InputError
 from tests.lm_models.test_conllu import GOOD
 
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_models.fnlm.factors import FactorEncoder, FactorSettings, PlainWord, words_of_text
-from lm_models.fnlm.model import (
+from rescorer.lm_models.fnlm.factors import FactorEncoder, FactorSettings, PlainWord, words_of_text
+from rescorer.lm_models.fnlm.model import (
     FNLM,
     FactoredLM,
     FNLMConfig,
@@ -22,9 +22,9 @@ from lm_models.fnlm.model import (
     load_fnlm,
     unk_share,
 )
-from lm_models.fnlm.train import FNLMTrainConfig, build_lm, train_fnlm
-from lm_models.vocab import Vocabulary
-from lm_models.word_classes import (
+from rescorer.lm_models.fnlm.train import FNLMTrainConfig, build_lm, train_fnlm
+from rescorer.lm_models.vocab import Vocabulary
+from rescorer.lm_models.word_classes import (
     bigram_counts,
     brown_classes,
     class_bigram_objective,
@@ -430,7 +430,7 @@ def test_brown_corpus_with_the_tag_as_a_factor(tmp_path: Path) -> None:
 def test_checkpoints_from_before_the_shared_output_layer_still_load(tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    from lm_models.checkpoint import WEIGHTS_FILE, load_checkpoint, save_checkpoint
+    from rescorer.lm_models.checkpoint import WEIGHTS_FILE, load_checkpoint, save_checkpoint
 
     model = randomise(FNLM(make_config(word_classes=CLASSES)))
     tokens = [f"t{i}" for i in range(model.config.vocab_size)]

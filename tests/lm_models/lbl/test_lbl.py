@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from lm_models.lbl.model import (
+from rescorer.lm_models.lbl.model import (
     LBL,
     MISSING,
     AttributeSpec,
@@ -21,7 +21,7 @@ from lm_models.lbl.model import (
     load_lbl,
     save_lbl,
 )
-from lm_models.lbl.train import (
+from rescorer.lm_models.lbl.train import (
     InferenceOptions,
     LBLTrainConfig,
     attribute_loglik,
@@ -35,7 +35,7 @@ from lm_models.lbl.train import (
     score_rows,
     train_lbl,
 )
-from lm_models.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
+from rescorer.lm_models.vocab import BOS_ID, EOS_ID, UNK_ID, Vocabulary
 
 WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat", "god", "church", "war", "news"]
 VOCAB = Vocabulary(["<unk>", "<s>", "</s>", *WORDS])  # V = 15

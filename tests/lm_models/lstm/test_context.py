@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from lm_models.lstm import context as context_module
-from lm_models.lstm.context import ContextEncoder, ContextVariable, encode_records
+from rescorer.lm_models.lstm import context as context_module
+from rescorer.lm_models.lstm.context import ContextEncoder, ContextVariable, encode_records
 
 GENRE = ContextVariable.categorical(
     "genre", ["news", "sport", "chat"], [6, 3, 1], embed_dim=3, one_hot_bias=True
@@ -249,7 +249,7 @@ def test_old_checkpoint_variables_load_unchanged() -> None:
 
 
 def test_text_values_are_embedded_by_their_encoder_missing_ones_nan() -> None:
-    from lm_models.text_encoders import HashEmbedder
+    from rescorer.lm_models.text_encoders import HashEmbedder
 
     records = [{"previous": "the cat sat"}, {"previous": ""}, None, {"previous": "  "}, {}]
     batch = encode_records([PREVIOUS, GENRE], records)
@@ -263,7 +263,7 @@ def test_text_values_are_embedded_by_their_encoder_missing_ones_nan() -> None:
 
 
 def test_a_text_variable_is_a_numerical_one_fed_its_vector() -> None:
-    from lm_models.text_encoders import HashEmbedder
+    from rescorer.lm_models.text_encoders import HashEmbedder
 
     geo8 = ContextVariable.numerical("previous", 8, PREVIOUS.mean)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""The LSTM family's training data (lm_models.lstm.data): a dev corpus of its own, each
+"""The LSTM family's training data (rescorer.lm_models.lstm.data): a dev corpus of its own, each
 process's share, and training streamed from shards (one shard in memory at a time)."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from lm_models.batching import bucket_parts
-from lm_models.checkpoint import load_checkpoint
-from lm_models.corpus_shards import ShardReader, ShardStream, write_shards
-from lm_models.distributed import World
-from lm_models.lstm.data import prepare_data, read_corpus
-from lm_models.lstm.train import TrainConfig, train, with_train_shards
 from rescorer.core.errors import InputError
+from rescorer.lm_models.batching import bucket_parts
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.corpus_shards import ShardReader, ShardStream, write_shards
+from rescorer.lm_models.distributed import World
+from rescorer.lm_models.lstm.data import prepare_data, read_corpus
+from rescorer.lm_models.lstm.train import TrainConfig, train, with_train_shards
 from tests.lm_models.lstm.test_train import write_corpus
 
 
@@ -190,7 +190,7 @@ def place(word: str) -> tuple[int, int]:
 
 
 def test_previous_text_holds_the_earlier_sentences_of_the_same_document(tmp_path: Path) -> None:
-    from lm_models.text_encoders import HashEmbedder
+    from rescorer.lm_models.text_encoders import HashEmbedder
 
     cfg = previous_config(tmp_path, {"sentences": 2, "encoder": "hash:16"})
     data = prepare_data(cfg, tmp_path)

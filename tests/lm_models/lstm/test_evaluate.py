@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lm_models.checkpoint import load_checkpoint
-from lm_models.corpora import read_jsonl, split_documents
-from lm_models.lstm.evaluate import classify, document_logprobs, perplexity
-from lm_models.lstm.train import train
-from lm_models.vocab import Vocabulary
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.corpora import read_jsonl, split_documents
+from rescorer.lm_models.lstm.evaluate import classify, document_logprobs, perplexity
+from rescorer.lm_models.lstm.train import train
+from rescorer.lm_models.vocab import Vocabulary
 
 from .test_train import config, write_corpus
 
@@ -97,8 +97,8 @@ def test_classify_and_inspect_commands(trained: tuple[Path, Path], tmp_path: Pat
 
 
 def test_documents_score_as_the_sum_of_their_sentences(trained: tuple[Path, Path]) -> None:
-    from lm_models.corpora import Document
-    from lm_models.lstm.evaluate import report_from_scores, value_scores
+    from rescorer.lm_models.corpora import Document
+    from rescorer.lm_models.lstm.evaluate import report_from_scores, value_scores
 
     corpus, ckpt = trained
     model, tokens, _ = load_checkpoint(ckpt)

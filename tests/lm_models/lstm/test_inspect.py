@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.inspect import (
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.inspect import (
     adaptation_norms,
     context_pca,
     plot_pca,
     top_boosted_words,
 )
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
 GENRE = ContextVariable.categorical(
     "genre", ["news", "sport", "chat"], [5, 3, 2], embed_dim=3, one_hot_bias=True

@@ -13,8 +13,8 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import MODES, ContextLSTM, ContextLSTMCell, LSTMConfig
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import MODES, ContextLSTM, ContextLSTMCell, LSTMConfig
 
 GENRE = ContextVariable.categorical(
     "genre", ["news", "sport", "chat"], [5, 3, 2], embed_dim=3, one_hot_bias=True

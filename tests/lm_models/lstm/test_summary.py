@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lm_models.checkpoint import load_checkpoint
-from lm_models.lstm.summary import TrainingSummary, output_layer
-from lm_models.lstm.train import train
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.lstm.summary import TrainingSummary, output_layer
+from rescorer.lm_models.lstm.train import train
 from tests.lm_models.lstm.test_train import config, write_corpus
 
 

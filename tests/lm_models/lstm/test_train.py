@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from lm_models.checkpoint import load_checkpoint
-from lm_models.lstm.train import TrainConfig, evaluate, examples_of, prepare_data, train
 from rescorer.core.errors import InputError
+from rescorer.lm_models.checkpoint import load_checkpoint
+from rescorer.lm_models.lstm.train import TrainConfig, evaluate, examples_of, prepare_data, train
 
 COMMON = ["the", "a", "of", "and", "to", "is"]
 TOPIC = {
@@ -153,7 +153,7 @@ def test_class_factored_output_trains_and_scores_exactly(tmp_path: Path) -> None
 def test_class_output_target_path_runs_under_bf16_autocast() -> None:
     # CUDA training runs under bf16 autocast; the class output's log-probs come back in float32
     # and must be written into a float32 result (CPU autocast takes the same path).
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
     torch.manual_seed(0)
     classes = (0, 5, 1, 2, 3) + (4,) * 4 + (5,) * 5  # <s> (id 1) in a cluster: never predicted
@@ -201,7 +201,7 @@ def test_sampled_softmax_trains(tmp_path: Path) -> None:
 def test_unseen_context_values_become_missing(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.jsonl")
     data = prepare_data(config(corpus), tmp_path)
-    from lm_models.corpora import Document
+    from rescorer.lm_models.corpora import Document
 
     doc = Document("x", (("ball", "team"),), {"topic": "weather"})
     (ex,) = examples_of([doc], data.vocab, data.context_vars)
@@ -227,7 +227,7 @@ def test_bad_configs_name_the_problem(tmp_path: Path) -> None:
 def test_best_keeper_stops_decays_and_restores() -> None:
     from torch import nn
 
-    from lm_models.training import BestKeeper
+    from rescorer.lm_models.training import BestKeeper
 
     model = nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -248,13 +248,13 @@ def test_best_keeper_stops_decays_and_restores() -> None:
 
 @pytest.mark.parametrize("mode", ["unadapted", "softmax_bias", "factor"])
 def test_training_loss_and_gradients_equal_the_full_softmax_reference(mode: str) -> None:
-    """The loss takes the blocked full-softmax path on the CPU (lm_models.output); its value and
-    every parameter's gradient equal those of the materialised (N, T, V) log-softmax; a
+    """The loss takes the blocked full-softmax path on the CPU (rescorer.lm_models.output); its
+    value and every parameter's gradient equal those of the materialised (N, T, V) log-softmax; a
     per-sequence output bias (adapted modes) is read from its table of one row per sequence
     (Q and the one-hot biases drawn non-zero, so that the sequences' biases differ)."""
-    from lm_models.lstm.context import ContextVariable
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.lstm.train import LossModule
+    from rescorer.lm_models.lstm.context import ContextVariable
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.train import LossModule
 
     torch.manual_seed(0)
     var = ContextVariable.categorical("topic", ["sport", "money"], [3, 2], embed_dim=4)
@@ -355,8 +355,8 @@ def test_adaptation_stays_bounded_with_the_default_learning_rate_scale(tmp_path:
 
 
 def test_adaptation_tensors_get_their_own_learning_rate() -> None:
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.lstm.train import TrainOptions, parameter_groups
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.train import TrainOptions, parameter_groups
 
     var = ContextVariable_topic()
     model = ContextLSTM(
@@ -382,8 +382,8 @@ def test_adaptation_tensors_get_their_own_learning_rate() -> None:
 
 
 def test_context_biases_get_their_own_learning_rate() -> None:
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.lstm.train import TrainOptions, parameter_groups
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.train import TrainOptions, parameter_groups
 
     var = ContextVariable_topic()
 
@@ -423,8 +423,8 @@ def test_context_biases_get_their_own_learning_rate() -> None:
 def test_adaptation_weight_decay_shrinks_only_the_bases() -> None:
     """adapt_weight_decay is an L2 prior on Z_L/Z_R alone: with a loss whose gradient on them
     is 0, Adam shrinks them toward 0 (A -> 0, the ConcatCell) and leaves the rest alone."""
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from lm_models.lstm.train import TrainOptions, parameter_groups
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.train import TrainOptions, parameter_groups
 
     cfg = LSTMConfig(
         vocab_size=20, embed_dim=4, hidden_dim=5, mode="factor", context_dim=3, rank=2,
@@ -455,13 +455,13 @@ def test_adaptation_weight_decay_shrinks_only_the_bases() -> None:
 
 
 def ContextVariable_topic():  # noqa: N802 - a small factory for the tests above
-    from lm_models.lstm.context import ContextVariable
+    from rescorer.lm_models.lstm.context import ContextVariable
 
     return ContextVariable.categorical("topic", ["a", "b"], [1, 1], embed_dim=2)
 
 
 def test_context_activation_none_keeps_negative_components() -> None:
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
     var = ContextVariable_topic()
     cfgs = {
@@ -500,7 +500,7 @@ def test_a_damaged_last_checkpoint_falls_back_to_best(
     first = train(config(corpus, epochs=2), tmp_path, tmp_path / "out", progress=False)
     weights = tmp_path / "out" / "last" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:64])  # a kill during a copy, a full disk
-    with caplog.at_level("WARNING", logger="lm_models.lstm.train"):
+    with caplog.at_level("WARNING", logger="rescorer.lm_models.lstm.train"):
         again = train(config(corpus, epochs=4), tmp_path, tmp_path / "out", progress=False)
     assert "last/ is unreadable" in caplog.text and "model.safetensors" in caplog.text
     # continued after the best epoch with its log, not from scratch

@@ -14,11 +14,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from lm_models.checkpoint import load_checkpoint, save_checkpoint
-from lm_models.lstm.train import TrainConfig, train
-from lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig
-from lm_models.vocab import BOS_ID
 from rescorer.cli.main import main
+from rescorer.lm_models.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.lm_models.lstm.train import TrainConfig, train
+from rescorer.lm_models.lstm.transformer import CausalTransformerLM, TransformerConfig
+from rescorer.lm_models.vocab import BOS_ID
 from rescorer.lms import load_lm
 from rescorer.lms.torch import TorchLM
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from export.cue_graph import check_cue_parity, export_cue
 from rescorer.cli.main import main
+from rescorer.export.cue_graph import check_cue_parity, export_cue
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel
 from rescorer.lms.cue import CUELanguageModel
@@ -196,10 +196,10 @@ def test_next_word_prediction_api(model_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def subword_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from lm_models.cue.model import CUELM, CUEModel
-    from lm_models.text_encoders import HashEmbedder
-    from lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
-    from lm_models.vocab import Vocabulary
+    from rescorer.lm_models.cue.model import CUELM, CUEModel
+    from rescorer.lm_models.text_encoders import HashEmbedder
+    from rescorer.lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
+    from rescorer.lm_models.vocab import Vocabulary
     from tests.lm_models.cue.test_cue import CTX_DIM, tiny_config
     from tests.lm_models.test_tokenizer import sentences
 
@@ -215,7 +215,7 @@ def subword_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_subword_cue_scores_a_word_as_its_pieces(subword_dir: Path) -> None:
     """Each word's value is the sum of its pieces' (the model run on the piece sequence), </s>
     its own; no word is OOV; streaming word by word gives the same values."""
-    from lm_models.cue.model import CUELM, load_cue
+    from rescorer.lm_models.cue.model import CUELM, load_cue
     from tests.lm_models.test_tokenizer import sentences
 
     lm = CUELanguageModel(subword_dir, case="none")
@@ -252,7 +252,7 @@ def test_subword_cue_scores_a_word_as_its_pieces(subword_dir: Path) -> None:
 def test_subword_cue_refuses_a_tokenizer_of_other_pieces(subword_dir: Path, tmp_path: Path) -> None:
     import shutil
 
-    from lm_models.cue.model import load_cue
+    from rescorer.lm_models.cue.model import load_cue
 
     bad = tmp_path / "bad"
     shutil.copytree(subword_dir, bad)
@@ -266,8 +266,8 @@ def test_subword_cue_refuses_a_tokenizer_of_other_pieces(subword_dir: Path, tmp_
 def test_subword_cue_export_carries_its_tokenizer(subword_dir: Path, tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    from lm_models.cue.model import load_cue
-    from lm_models.tokenizer import SubwordTokenizer
+    from rescorer.lm_models.cue.model import load_cue
+    from rescorer.lm_models.tokenizer import SubwordTokenizer
 
     lm = load_cue(subword_dir)
     result = export_cue(lm, tmp_path / "sw.onnx")

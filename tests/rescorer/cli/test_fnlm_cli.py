@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
-from lm_models.fnlm.factors import Lexicon, PlainWord, words_of_text
-from lm_models.fnlm.model import load_fnlm
 from rescorer.cli.main import main
 from rescorer.core.errors import InputError
 from rescorer.formats import read_nbest
+from rescorer.lm_models.fnlm.factors import Lexicon, PlainWord, words_of_text
+from rescorer.lm_models.fnlm.model import load_fnlm
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel
 from rescorer.lms.fnlm import FNLMLanguageModel

@@ -322,7 +322,7 @@ def ckpt_model(seed: int):  # type: ignore[no-untyped-def]
     """A model of a few MB (each save takes measurable time) and its optimizer after a step."""
     import torch
 
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
     torch.manual_seed(seed)
     model = ContextLSTM(LSTMConfig(vocab_size=len(CKPT_BASE) + 4, embed_dim=64, hidden_dim=128))
@@ -341,8 +341,8 @@ def save_loop(root: str, start: int) -> None:
     """What the trainer does after each epoch (best/, then last/), forever, alternating two
     models; save ``i`` (from ``start + 1`` on) writes ``step{i}`` into the vocabulary and ``i``
     into the metadata."""
-    from lm_models.checkpoint import save_checkpoint
-    from lm_models.lstm.train import _save_last
+    from rescorer.lm_models.checkpoint import save_checkpoint
+    from rescorer.lm_models.lstm.train import _save_last
 
     folder = Path(root)
     pair = [ckpt_model(0), ckpt_model(1)]
@@ -359,7 +359,7 @@ def check_checkpoint(folder: Path, pair: list) -> int:  # type: ignore[type-arg]
     """The checkpoint at ``folder`` loads and is one save's whole set; returns that save's i."""
     import torch
 
-    from lm_models.checkpoint import load_checkpoint, load_optimizer_state
+    from rescorer.lm_models.checkpoint import load_checkpoint, load_optimizer_state
 
     model, vocab, meta = load_checkpoint(folder)
     assert meta is not None
@@ -383,8 +383,8 @@ def check_checkpoint(folder: Path, pair: list) -> int:  # type: ignore[type-arg]
 
 @pytest.mark.slow
 def test_kill_during_checkpoint_saves(tmp_path: Path) -> None:
-    from lm_models.checkpoint import save_checkpoint
-    from lm_models.lstm.train import _save_last
+    from rescorer.lm_models.checkpoint import save_checkpoint
+    from rescorer.lm_models.lstm.train import _save_last
 
     pair = [ckpt_model(0), ckpt_model(1)]
     model, optimizer = pair[0]  # the checkpoints of an earlier epoch: save 0
@@ -448,20 +448,20 @@ def crash_between_renames(name: str, body: str) -> None:
 def test_checkpoint_lost_between_two_renames_loads_and_is_put_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lm_models.checkpoint import load_checkpoint, save_checkpoint
+    from rescorer.lm_models.checkpoint import load_checkpoint, save_checkpoint
 
     small = ["<unk>", "<s>", "</s>", "a", "b"]
     body = f"""
 import torch
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 torch.manual_seed(1)
 save_checkpoint({str(tmp_path / "ckpt")!r}, ContextLSTM(LSTMConfig(vocab_size=5)), {small!r},
                 {{"i": 2}})
 """
     import torch
 
-    from lm_models.lstm.model import ContextLSTM, LSTMConfig
+    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 
     torch.manual_seed(0)
     save_checkpoint(tmp_path / "ckpt", ContextLSTM(LSTMConfig(vocab_size=5)), small, {"i": 1})
@@ -471,7 +471,7 @@ save_checkpoint({str(tmp_path / "ckpt")!r}, ContextLSTM(LSTMConfig(vocab_size=5)
     assert sorted(n.rsplit(".", 1)[1] for n in left) == sorted(
         s.lstrip(".") for s in (OLD_SUFFIX, TEMP_SUFFIX)
     )
-    with caplog.at_level("WARNING", logger="lm_models.checkpoint"):
+    with caplog.at_level("WARNING", logger="rescorer.lm_models.checkpoint"):
         _, _, meta = load_checkpoint(tmp_path / "ckpt")
     assert meta == {"i": 1}  # the previous checkpoint, read where the first rename put it
     assert "killed while replacing it" in caplog.text
@@ -486,8 +486,8 @@ save_checkpoint({str(tmp_path / "ckpt")!r}, ContextLSTM(LSTMConfig(vocab_size=5)
 def test_training_resumes_after_a_crash_between_the_renames_of_last(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from lm_models.checkpoint import load_checkpoint
-    from lm_models.lstm.train import train
+    from rescorer.lm_models.checkpoint import load_checkpoint
+    from rescorer.lm_models.lstm.train import train
     from tests.lm_models.lstm.test_train import config, write_corpus
 
     corpus = write_corpus(tmp_path / "c.jsonl")
@@ -497,7 +497,7 @@ def test_training_resumes_after_a_crash_between_the_renames_of_last(
     # Epoch 3 dies between moving last/ aside and moving the new last/ in.
     body = f"""
 from pathlib import Path
-from lm_models.lstm.train import train
+from rescorer.lm_models.lstm.train import train
 from tests.lm_models.lstm.test_train import config
 train(config(Path({str(corpus)!r}), epochs=3), Path({str(tmp_path)!r}), Path({str(out)!r}),
       progress=False)
@@ -505,7 +505,7 @@ train(config(Path({str(corpus)!r}), epochs=3), Path({str(tmp_path)!r}), Path({st
     crash_between_renames("last", body)
     assert not (out / "last").exists()
     assert {n.rsplit(".", 1)[1] for n in leftovers(out, "last")} == {"rescorer-old", "rescorer-tmp"}
-    with caplog.at_level("INFO", logger="lm_models.lstm.train"):
+    with caplog.at_level("INFO", logger="rescorer.lm_models.lstm.train"):
         resumed = train(config(corpus, epochs=3), tmp_path, out, progress=False)
     # epoch 2's last/ was put back and training went on from it (not from scratch)
     assert "resuming from" in caplog.text and "after epoch 2" in caplog.text

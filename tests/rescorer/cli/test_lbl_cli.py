@@ -14,12 +14,12 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from export.lbl_graph import export_lbl, lbl_parity
-from lm_models.lbl.model import LBL, AttributeSpec, LBLConfig, load_lbl, save_lbl
-from lm_models.vocab import Vocabulary
 from rescorer.cli.main import main
 from rescorer.combine import Weights
+from rescorer.export.lbl_graph import export_lbl, lbl_parity
 from rescorer.formats import read_nbest
+from rescorer.lm_models.lbl.model import LBL, AttributeSpec, LBLConfig, load_lbl, save_lbl
+from rescorer.lm_models.vocab import Vocabulary
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel
 from rescorer.lms.lbl import LBLLanguageModel

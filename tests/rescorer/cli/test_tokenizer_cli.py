@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from lm_models.tokenizer import SubwordTokenizer
 from rescorer.cli.main import main
+from rescorer.lm_models.tokenizer import SubwordTokenizer
 
 
 def run(*args: object) -> Result:

@@ -16,9 +16,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from lm_models.checkpoint import save_checkpoint
 from rescorer.cli.main import main
 from rescorer.core.errors import InputError
+from rescorer.lm_models.checkpoint import save_checkpoint
 from rescorer.lms import load_lm
 from rescorer.lms.neural_cache import NeuralCache, NeuralCacheSpec
 from rescorer.lms.torch import TorchLM

@@ -22,11 +22,11 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from export.exporter import ExportOptions, export_model
-from export.runtime import create_session
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.model import ContextLSTM
 from rescorer.cli.main import main
+from rescorer.export.exporter import ExportOptions, export_model
+from rescorer.export.runtime import create_session
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.model import ContextLSTM
 from rescorer.lms import LOADERS, load_lm
 from rescorer.lms.contract import LanguageModel
 from rescorer.lms.onnx import OnnxLM, OnnxLMState
@@ -94,13 +94,13 @@ def nbest_like(rng: random.Random, n_utts: int, n_hyps: int) -> tuple[list, list
 
 
 def test_registered_and_free_of_torch(files: dict[str, Path]) -> None:
-    # the runtime reads exports through export.format and export.runtime alone: no torch, no
-    # model code, no exporter
+    # the runtime reads exports through rescorer.export.format and rescorer.export.runtime alone: no
+    # torch, no model code, no exporter
     assert "onnx" in LOADERS
     code = (
         "import sys, rescorer.lms.onnx, rescorer.lms.contract, rescorer.cli.main\n"
         "heavy = [m for m in ('torch', 'lm_models') if m in sys.modules]\n"
-        "readers = ('export.format', 'export.runtime')\n"
+        "readers = ('rescorer.export.format', 'rescorer.export.runtime')\n"
         "exporters = [m for m in sys.modules if m.startswith('export.') and m not in readers]\n"
         "print(sorted(heavy + exporters))"
     )
@@ -264,7 +264,7 @@ def test_case_and_oov(files: dict[str, Path]) -> None:
 
 
 def test_devices(files: dict[str, Path], caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="export.runtime"):
+    with caplog.at_level(logging.INFO, logger="rescorer.export.runtime"):
         session, device = create_session(files["step"], "auto")
     got_cuda = "CUDAExecutionProvider" in session.get_providers()
     assert device == ("cuda:0" if got_cuda else "cpu")
@@ -492,7 +492,7 @@ def test_cli_score_tune_and_ppl_with_onnx(
 
 
 def previous_text_model() -> ContextLSTM:
-    from lm_models.lstm.context import ContextVariable
+    from rescorer.lm_models.lstm.context import ContextVariable
 
     prev = ContextVariable.text("previous", "hash:8", 8, [0.05 * i for i in range(8)])
     return make_model("factor", variables=(prev,), scale=0.3)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from lm_models.checkpoint import save_checkpoint
 from rescorer.cli.main import main
 from rescorer.core.errors import InputError
+from rescorer.lm_models.checkpoint import save_checkpoint
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LanguageModel
 from rescorer.lms.reverse import ReverseLM, ReverseSpec

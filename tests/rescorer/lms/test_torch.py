@@ -21,11 +21,11 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from lm_models.checkpoint import load_checkpoint, save_checkpoint
-from lm_models.lstm.context import ContextVariable
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.cli.main import main
 from rescorer.features import add_lm_scores
+from rescorer.lm_models.checkpoint import load_checkpoint, save_checkpoint
+from rescorer.lm_models.lstm.context import ContextVariable
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.lms import LOADERS, load_lm
 from rescorer.lms.contract import LanguageModel
 from rescorer.lms.torch import TorchLM, TorchLMState
@@ -255,7 +255,7 @@ def text_checkpoint(tmp_path: Path, mode: str = "factor") -> Path:
 def test_a_previous_text_per_utterance_is_one_adaptation_with_shared_prefixes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lm_models.lstm import context as context_module
+    from rescorer.lm_models.lstm import context as context_module
 
     monkeypatch.setattr(context_module, "_TEXT_CACHES", {})
     path = text_checkpoint(tmp_path)

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.model import ContextLSTM
-from lm_models.word_classes import shortlist_classes
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.model import ContextLSTM
+from rescorer.lm_models.word_classes import shortlist_classes
 from rescorer.lms import load_lm
 from rescorer.lms.torch import TorchLM
 from tests.rescorer.lms.test_torch import CONTEXTS, VOCAB, WORDS, make_model, naive_logprobs

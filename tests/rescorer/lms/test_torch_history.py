@@ -3,7 +3,7 @@ utterances' text itself, its state carried into the sentence.
 
 The prefix-shared, forest-batched scorer is checked against a plain ``ContextLSTM.score`` of the
 whole run ``<s> h1 <s> h2 <s> s`` (the sentence's positions of it), which is what the model was
-trained on (:func:`lm_models.lstm.data.join_runs`).
+trained on (:func:`rescorer.lm_models.lstm.data.join_runs`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from lm_models.batching import Example
-from lm_models.checkpoint import save_checkpoint
-from lm_models.lstm.data import DataConfig, join_runs
-from lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.cli.main import main
+from rescorer.lm_models.batching import Example
+from rescorer.lm_models.checkpoint import save_checkpoint
+from rescorer.lm_models.lstm.data import DataConfig, join_runs
+from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
 from rescorer.lms.torch import TorchLM
 from tests.rescorer.lms.test_torch import GENRE, VOCAB, WORDS, make_model
 
@@ -181,7 +181,7 @@ def test_training_with_history_writes_a_history_model(tmp_path: Path) -> None:
 def test_onnx_step_export_reads_the_history_like_torch(
     tmp_path: Path, mode: str, kind: str
 ) -> None:
-    from export.exporter import ExportOptions, export_model
+    from rescorer.export.exporter import ExportOptions, export_model
     from rescorer.lms.onnx import OnnxLM
 
     model = history_model(mode, seed=7)

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
-from lm_models.lstm.train import TrainConfig, train
-from lm_models.tokenizer import SubwordTokenizer
-from lm_models.vocab import BOS_ID, EOS_ID
 from rescorer.features import add_lm_scores
+from rescorer.lm_models.checkpoint import TOKENIZER_FILE, load_checkpoint
+from rescorer.lm_models.lstm.train import TrainConfig, train
+from rescorer.lm_models.tokenizer import SubwordTokenizer
+from rescorer.lm_models.vocab import BOS_ID, EOS_ID
 from rescorer.lms import load_lm
 from rescorer.lms.torch import TorchLM
 from rescorer.nbest import Hypothesis, NBest, NBestList
