@@ -18,7 +18,7 @@ import numpy as np
 
 from rescorer.core.constants import LENGTH_FEATURE, TOTAL_SCORE
 from rescorer.core.errors import InputError, shorten
-from rescorer.core.json_input import json_number, json_object, read_json
+from rescorer.core.json_input import json_number, json_object, json_string, read_json
 from rescorer.core.output import atomic_write
 from rescorer.nbest import NBest, NBestList
 
@@ -48,6 +48,8 @@ class Weights:
             raise ValueError(
                 f"{LENGTH_FEATURE!r} is the word-count feature; give its weight as `length`"
             )
+        if TOTAL_SCORE in self.features:
+            raise ValueError(f"{TOTAL_SCORE!r} is reserved for the combined score, not a feature")
         for name, w in self.features.items():
             if not math.isfinite(w):
                 raise ValueError(f"weight of {name!r} must be finite, got {w}")
@@ -106,7 +108,9 @@ class Weights:
             )
         feats = json_object(data.get("features"), path, None, '"features"')
         features = {
-            name: json_number(w, path, None, f'"features" {shorten(name)!r}')
+            json_string(name, path, None, '"features" names'): json_number(
+                w, path, None, f'"features" {shorten(name)!r}'
+            )
             for name, w in feats.items()
         }
         length = json_number(data.get("length", 0.0), path, None, '"length"')

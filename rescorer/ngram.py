@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +24,41 @@ from rescorer.kenlm_tools import find_program
 logger = logging.getLogger(__name__)
 
 BINARY_TYPES = ("trie", "probing")
+# lmplz's -S: a percentage of physical memory or a size with an optional unit (bytes by default)
+_MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([%bKMGT]?)$")
+_UNITS = {"": 1, "b": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# lmplz's spellings in its own advice -> the toolkit's flags
+_FLAG_NAMES = {"--discount_fallback": "--discount-fallback", "--skip_symbols": "--skip-symbols"}
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(memory: str) -> str:
+    """``memory`` when lmplz can take it as -S (a size within physical memory, or 1-100 %)."""
+    m = _MEMORY.match(memory)
+    expected = "a size such as 2G, 500M or 40% (of physical memory)"
+    if m is None:
+        raise ValueError(f"--memory: expected {expected}, got {memory!r}")
+    value, unit = float(m.group(1)), m.group(2)
+    if unit == "%":
+        if not 0 < value <= 100:
+            raise ValueError(f"--memory: expected a percentage in (0, 100], got {memory!r}")
+        return memory
+    size = value * _UNITS[unit]
+    total = physical_memory()
+    if size < 2**20:
+        raise ValueError(f"--memory: expected {expected}, at least 1M, got {memory!r}")
+    if total is not None and size > total:
+        raise ValueError(
+            f"--memory: {memory} is more than this machine's {total / 2**30:.1f} GiB of memory"
+        )
+    return memory
 
 
 @dataclass(frozen=True)
@@ -48,6 +84,7 @@ class NgramOptions:
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        check_memory(self.memory)
         if not 1 <= self.order <= 6:
             raise ValueError(f"order must be between 1 and 6 (KenLM's max), got {self.order}")
         if self.prune:
@@ -63,7 +100,13 @@ class NgramOptions:
             raise ValueError(f"binary must be one of {BINARY_TYPES} or None, got {self.binary!r}")
 
 
-def _run(cmd: Sequence[str], stdin_path: Path | None = None) -> None:
+def _toolkit_flags(text: str) -> str:
+    for theirs, ours in _FLAG_NAMES.items():
+        text = text.replace(theirs, ours)
+    return text
+
+
+def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Path] = ()) -> None:
     logger.info("running: %s", " ".join(map(str, cmd)))
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115
     try:
@@ -77,8 +120,21 @@ def _run(cmd: Sequence[str], stdin_path: Path | None = None) -> None:
         if line.strip():
             logger.debug("%s: %s", Path(cmd[0]).name, line)
     if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        raise KenLMToolError(f"{Path(cmd[0]).name} failed (exit {proc.returncode}):\n{tail}")
+        lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+        if "BadDiscountException" in proc.stderr:
+            # the counts-of-counts of a small or artificial text: a data problem, said in one line
+            raise InputError(
+                "lmplz cannot estimate Kneser-Ney discounts from this text (too small or "
+                "artificial: "
+                + next((ln for ln in lines if ln.startswith("Could not")), "counts missing")
+                + "); give more text, or rerun with --discount-fallback",
+                texts[0] if len(texts) == 1 else None,
+            )
+        said = _toolkit_flags(lines[-1] if lines else "no message")
+        raise KenLMToolError(
+            f"{Path(cmd[0]).name} failed (exit {proc.returncode}): {said} "
+            "(rerun with -vv for its whole output)"
+        )
 
 
 def write_corpus(texts: Sequence[Path], corpus: Path) -> None:
@@ -128,7 +184,7 @@ def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramO
         if options.skip_symbols:
             cmd.append("--skip_symbols")
         cmd += list(options.extra_args)
-        _run(cmd, stdin_path=corpus)
+        _run(cmd, stdin_path=corpus, texts=texts)
         if build_binary is None:
             result = arpa
         else:

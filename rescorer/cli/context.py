@@ -12,6 +12,7 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
     InputFailure,
+    InputOrKeyword,
     device_option,
     handle_errors,
     load_nbest,
@@ -60,6 +61,7 @@ def context() -> None:
 @click.option(
     "--from",
     "source",
+    type=InputOrKeyword(FIRST_PASS),
     default=FIRST_PASS,
     show_default=True,
     help="first-pass: each list's first hypothesis; or a rescored 1-best (`uttid words`, the "

@@ -14,6 +14,7 @@ from tqdm import tqdm
 from rescorer.cli.options import (
     EXISTING_FILE,
     OUT_FILE,
+    SEED,
     F,
     InputFailure,
     LMSpecType,
@@ -372,7 +373,7 @@ def keyboard_eval(
     default=None,
     help="Numbers of suggestions to compare at (default: every k both files have).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Bootstrap seed.")
 @handle_errors
 def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, seed: int) -> None:
     """Test whether system B saves more keystrokes than A (per-sentence results of both).

@@ -17,6 +17,7 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
     OUT_FILE,
+    SEED,
     InputFailure,
     config_trainer_options,
     device_option,
@@ -304,7 +305,7 @@ def lbl_similar(
 @click.option("-n", "num", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--max-words", type=click.IntRange(min=1), default=40, show_default=True)
 @click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @handle_errors
 def lbl_sample(
     model_dir: Path,

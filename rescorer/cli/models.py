@@ -14,6 +14,7 @@ import click
 from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
+    OUT_DIR,
     OUT_FILE,
     InputFailure,
     LMSpecType,
@@ -232,7 +233,7 @@ def ngram_setup() -> None:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OUT_DIR,
     required=True,
     help="Output folder: best/ and last/ checkpoints, split.json.",
 )

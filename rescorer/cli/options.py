@@ -62,11 +62,76 @@ class InputFailure(click.ClickException):
     exit_code = 2
 
 
+def _is_output(param: click.Parameter) -> bool:
+    """A parameter naming a path the command writes: an :class:`OutputPath`, or a plain
+    ``click.Path`` option named ``--out`` (``train``'s, ``convert``'s)."""
+    if isinstance(param.type, OutputPath):
+        return True
+    return isinstance(param.type, click.Path) and param.name is not None and "out" in param.name
+
+
+def _is_input(param: click.Parameter) -> bool:
+    """A parameter naming a path the command reads (a file, a folder, a model spec's path, a
+    score folder)."""
+    return isinstance(
+        param.type, (InputPath, InputFolder, LMSpecType, ScoreDirType, InputOrKeyword)
+    )
+
+
+def outputs_and_inputs(
+    command: click.Command,
+) -> tuple[list[click.Parameter], list[click.Parameter]]:
+    """The parameters of ``command`` that name paths it writes, and those naming paths it
+    reads."""
+    params = command.params
+    return [p for p in params if _is_output(p)], [p for p in params if _is_input(p)]
+
+
+def _paths(value: Any) -> list[Path]:
+    """The paths a parameter's value names (several for a repeatable option)."""
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    out = []
+    for v in values:
+        if isinstance(v, LMSpec):
+            out.append(v.path)
+        elif isinstance(v, ScoreDir):
+            out.append(v.folder)
+        elif isinstance(v, (str, Path)):
+            out.append(Path(v))
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` are one file or folder (the same path, a symbolic or a hard link)."""
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
+
+
+def check_outputs_are_not_inputs(ctx: click.Context) -> None:
+    """InputFailure (one line, exit 2) when a path the command would write is one it reads: an
+    output never overwrites an input of the same run."""
+    outs, ins = outputs_and_inputs(ctx.command)
+    for out_param in outs:
+        for out in _paths(ctx.params.get(out_param.name or "")):
+            for in_param in ins:
+                for inp in _paths(ctx.params.get(in_param.name or "")):
+                    if _same_file(out, inp):
+                        raise InputFailure(
+                            f"{out}: {out_param.opts[0]} is also the input {in_param.opts[0]} "
+                            f"({inp}); an output never overwrites an input: write it elsewhere"
+                        )
+
+
 def handle_errors(fn: F) -> F:
-    """Turn library errors into one-line CLI errors."""
+    """Turn library errors into one-line CLI errors; refuse an output that is an input."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.command.callback is wrapper:
+            check_outputs_are_not_inputs(ctx)
         try:
             return fn(*args, **kwargs)
         except FileError as err:
@@ -252,6 +317,17 @@ class InputFolder(click.ParamType):
         raise InputFailure(f"{path}: expected an existing folder, found {found} there")
 
 
+class InputOrKeyword(click.ParamType):
+    """A keyword (``first-pass``) or a path the command reads, kept as the string given; the
+    path is an input for :func:`check_outputs_are_not_inputs`."""
+
+    name = "PATH"
+
+    def __init__(self, keyword: str) -> None:
+        self.keyword = keyword
+        self.name = f"{keyword}|PATH"
+
+
 EXISTING = InputPath(folder_ok=True)
 EXISTING_FILE = InputPath()
 MODEL_DIR = InputFolder()
@@ -266,12 +342,17 @@ class OutputPath(click.ParamType):
     is read.
     """
 
-    def __init__(self, folder: bool = False) -> None:
-        self.folder = folder
-        self.name = "DIR" if folder else "FILE"
+    def __init__(self, folder: bool | None = False) -> None:
+        self.folder = folder  # None: a file or a folder, as the command decides later
+        self.name = {True: "DIR", False: "FILE", None: "PATH"}[folder]
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            where = param.opts[0] if param is not None and param.opts else "the output"
+            raise InputFailure(f"{where}: expected a path, got an empty string")
         path = Path(value)
+        if self.folder is None:
+            return path
         try:
             (check_output_dir if self.folder else check_output_file)(path)
         except OutputError as err:
@@ -283,6 +364,11 @@ OUT_FILE = OutputPath()
 """A file the command writes (``--out``, ``--per-utt``, ...)."""
 OUT_DIR = OutputPath(folder=True)
 """A folder of files the command writes as one set (``rescore --out``)."""
+OUT_PATH = OutputPath(folder=None)
+"""A file or a folder, as the command's other options decide (``convert --out``)."""
+SEED = click.IntRange(0, 2**32 - 1)
+"""A random seed: what numpy's and torch's generators take (0 .. 2**32 - 1), checked where it
+is given so that the error names the option."""
 
 TEXT_FORMATS = ("plain", "kaldi", "trn")
 """Formats of a text to score: words only, Kaldi ``uttid words``, sclite trn."""
@@ -447,7 +533,7 @@ def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
         )(fn)
         fn = click.option("--device", default=None, help="Override the config's train.device.")(fn)
         fn = click.option(
-            "--seed", type=int, default=None, help="Override the config's train.seed."
+            "--seed", type=SEED, default=None, help="Override the config's train.seed."
         )(fn)
         fn = click.option(
             "--data-dir",
@@ -459,7 +545,7 @@ def config_trainer_options(spec_kind: str) -> Callable[[F], F]:
         fn = click.option(
             "--out",
             "out_dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=OUT_DIR,
             required=True,
             help=f"Checkpoint folder to write (the best epoch), usable as --lm {spec_kind}:OUT.",
         )(fn)

@@ -11,6 +11,8 @@ import click
 from rescorer.cli.options import (
     EXISTING_FILE,
     OUT_DIR,
+    OUT_PATH,
+    SEED,
     CommaList,
     NumberList,
     allow_extra_refs_option,
@@ -78,7 +80,7 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 @click.option("--anchor", default=None, help="Feature held at weight 1 (default: the first).")
 @click.option("--init", "init_path", type=EXISTING_FILE, help="Start from these weights (JSON).")
 @click.option("--restarts", type=click.IntRange(min=0), default=10, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--bound",
     type=click.FloatRange(min=0, min_open=True),
@@ -648,7 +650,7 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
 @nbest_options
 @extra_scores_option
 @click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
-@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
+@click.option("--out", "out_path", type=OUT_PATH, required=True)
 @click.option(
     "--ref",
     "ref_path",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rescorer.cli.options import EXISTING_FILE, OUT_FILE, handle_errors
+from rescorer.cli.options import EXISTING_FILE, OUT_FILE, SEED, handle_errors
 
 # rescorer.lm_models.tokenizer.TOKENIZER_KINDS (not imported: no torch here)
 KINDS = ("unigram", "bpe")
@@ -40,7 +40,7 @@ def tokenizer() -> None:
     show_default=True,
     help="Sentences sampled from the text to learn the pieces (0: all).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the sampling.")
 @click.option("--out", "out", type=OUT_FILE, required=True, help="The model file to write.")
 @handle_errors
 def tokenizer_train(

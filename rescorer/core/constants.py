@@ -20,6 +20,8 @@ UNK = "<unk>"
 LENGTH_FEATURE = "length"
 # Name of the combined score column written by `rescore`.
 TOTAL_SCORE = "total"
+# Names no score or model feature may take: the ones the combination itself writes.
+RESERVED_FEATURES = (TOTAL_SCORE, LENGTH_FEATURE)
 # Suffix of the OOV-count feature added beside an LM's score ("4gram" -> "4gram_oov").
 OOV_SUFFIX = "_oov"
 

@@ -28,6 +28,11 @@ from rescorer.core.errors import InputError
 MAX_LINE_BYTES = 256 * 2**20
 """Longest line read (bytes); a longer one is refused instead of filling the memory."""
 WHOLE_FILE_BYTES = 16 * 2**20
+# A .gz input that has decompressed past GZIP_CHECK_BYTES to more than MAX_GZIP_RATIO times the
+# compressed bytes read is refused as a decompression bomb (text compresses 3-10x; a run of one
+# repeated byte, 1000x).
+GZIP_CHECK_BYTES = 2**20
+MAX_GZIP_RATIO = 100
 """Plain files up to this size are read and decoded at once, larger ones line by line."""
 
 _BOM = b"\xef\xbb\xbf"
@@ -123,11 +128,17 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     if text is not None:
         yield from _split_lines(text)
         return
-    opener = gzip.open if path.name.endswith(".gz") else open
+    compressed = path.name.endswith(".gz")
+    opener = gzip.open if compressed else open
     lineno = 0
     try:
         with opener(path, "rb") as f:
+            unchecked = 0  # bytes decompressed since the last look at the ratio
             while raw := f.readline(MAX_LINE_BYTES + 1):
+                unchecked += len(raw)
+                if compressed and unchecked >= GZIP_CHECK_BYTES:
+                    _check_ratio(f, path, lineno + 1)
+                    unchecked = 0
                 if len(raw) > MAX_LINE_BYTES:
                     raise InputError(
                         f"expected lines of at most {MAX_LINE_BYTES // 2**20} MiB, found a "
@@ -153,6 +164,20 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         raise InputError(f"corrupt gzip data: expected a gzip stream ({err})", path) from None
     except OSError as err:
         raise InputError(f"cannot read the file: {_reason(err)}", path) from None
+
+
+def _check_ratio(f: gzip.GzipFile, path: Path, lineno: int) -> None:
+    """InputError when ``f`` has decompressed to more than :data:`MAX_GZIP_RATIO` times the
+    compressed bytes read so far."""
+    read = max(f.fileobj.tell(), 1) if f.fileobj is not None else 1
+    if f.tell() > MAX_GZIP_RATIO * read:
+        raise InputError(
+            f"decompresses to more than {MAX_GZIP_RATIO} times its size ({f.tell() / 2**20:.0f} "
+            f"MiB from {read / 2**10:.0f} KiB so far): refused as a decompression bomb; if the "
+            "text is real, decompress it first (plain files have no such bound)",
+            path,
+            lineno,
+        )
 
 
 def _whole_text(path: Path) -> str | None:

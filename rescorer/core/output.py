@@ -14,7 +14,9 @@
   one atomic exchange (``renameat2(RENAME_EXCHANGE)``; where the system has none, two renames
   that the next run completes, and :func:`interrupted_swap` tells a reader where the old set
   is meanwhile), so a kill leaves the old set or the new set, never a mix.
-  Entries of the old folder that the set does not own are carried into the new one.
+  Files of the old folder that the set does not own are carried into the new one (hard links).
+  A mount point, the current folder, or a folder of other files or folders is never swapped:
+  the set is built inside it and renamed into place entry by entry.
 * Temporary names are ``.<name>.<pid>.<random>.rescorer-tmp``: removed on every exception
   (``KeyboardInterrupt`` too); after ``kill -9`` the next write of the same target removes
   those whose process is gone. Write errors (disk full, ...) become an ``OutputError``.
@@ -325,14 +327,70 @@ def _swap_in(new: Path, target: Path) -> None:
     _remove(old)
 
 
+def _holds_cwd(target: Path) -> bool:
+    """True when ``target`` is the current folder or one above it."""
+    try:
+        here = Path.cwd().resolve()
+        return here == target.resolve() or target.resolve() in here.parents
+    except OSError:
+        return False
+
+
+def _written_in_place(target: Path, owned: Callable[[str], bool]) -> bool:
+    """Whether the set goes into ``target`` entry by entry instead of a swap of the folder: a
+    mount point, the current folder (or one above it), a folder holding only entries the set
+    does not own (one the toolkit did not make, e.g. a Kaldi data folder), or one holding a
+    folder the set does not own (a swap could only carry a copy of it, not the folder itself).
+    A previous set with a few files of the user's beside it is swapped whole (those files
+    carried as hard links: the same files)."""
+    if not target.is_dir():
+        return False
+    if os.path.ismount(target) or _holds_cwd(target):
+        return True
+    temp = temp_pattern(target.name)
+    foreign = [e for e in target.iterdir() if not owned(e.name) and not temp.match(e.name)]
+    if any(e.is_dir() and not e.is_symlink() for e in foreign):
+        return True
+    return bool(foreign) and not any(owned(e.name) for e in target.iterdir())
+
+
+def _move_into(built: Path, target: Path, owned: Callable[[str], bool]) -> None:
+    """The entries of ``built`` (a folder inside ``target``) renamed into ``target`` one by one
+    (each atomically), then the set's own entries that the new set no longer has removed."""
+    new_names = {entry.name for entry in built.iterdir()}
+    for name in sorted(new_names):
+        src, dest = built / name, target / name
+        if src.is_dir() and not src.is_symlink() and dest.is_dir() and not dest.is_symlink():
+            _swap_in(src, dest)
+        else:
+            if dest.is_dir() and not dest.is_symlink():
+                _remove(dest)
+            os.replace(src, dest)
+    for entry in target.iterdir():
+        if owned(entry.name) and entry.name not in new_names and entry != built:
+            _remove(entry)
+
+
+def _renamed_error(err: OutputError, tmp: Path, shown: Path) -> OutputError:
+    """``err`` with the temporary folder in its path replaced by the output's own path."""
+    path = err.path
+    if path is not None and (path == str(tmp) or path.startswith(str(tmp) + os.sep)):
+        path = str(shown) + path[len(str(tmp)) :]
+    return OutputError(err.message, path, err.line)
+
+
 @contextlib.contextmanager
 def atomic_dir(
     path: str | Path, owned: Callable[[str], bool] = lambda _name: True
 ) -> Iterator[Path]:
-    """Write a set of files into the folder the block gets; swap it in at ``path`` on success.
+    """Write a set of files into the folder the block gets; put it in place at ``path`` on
+    success.
 
     ``owned(name)`` says which entries of an existing folder belong to the set (and are
-    replaced or dropped); the others are carried into the new folder. See the module docstring.
+    replaced or dropped); the others are carried into the new folder. A folder that is a mount
+    point, the current folder (or one above it), or holds only entries the set does not own or
+    a folder of its own is never swapped (:func:`_written_in_place`): the set is built inside it
+    and its entries renamed into place one by one. See the module docstring.
     """
     shown = Path(path)
     target = check_output_dir(shown)
@@ -341,18 +399,27 @@ def atomic_dir(
     except OSError as err:
         raise OutputError(f"cannot create the folder: {_reason(err)}", shown) from None
     clean_stale(target)
+    in_place = _written_in_place(target, owned)
+    if in_place:
+        clean_stale(target / target.name)  # temporaries a killed in-place write left inside
+    where = target if in_place else target.parent
     try:
-        tmp = Path(
-            tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent)
-        )
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=TEMP_SUFFIX, dir=where))
     except OSError as err:
         raise OutputError(f"cannot write: {_reason(err)}", shown) from None
     try:
         os.chmod(tmp, _mode_for(target, 0o777))
-        if target.is_dir():
+        if target.is_dir() and not in_place:
             _carry(target, tmp, owned)
         yield tmp
-        _swap_in(tmp, target)
+        if in_place:
+            _move_into(tmp, target, owned)
+            _remove(tmp)
+        else:
+            _swap_in(tmp, target)
+    except OutputError as err:
+        _remove(tmp)
+        raise _renamed_error(err, tmp, shown) from None
     except OSError as err:
         _remove(tmp)
         raise OutputError(f"cannot write: {_reason(err)}", shown) from None

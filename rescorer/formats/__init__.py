@@ -157,10 +157,10 @@ def detect_format(path: str | Path) -> str:
         fmt = _srilm_line_format(inner[1]) if inner else None
         if fmt is not None:
             return fmt
-        shown = "empty" if inner is None else repr(shorten(inner[1]))
+        # the listed file is named, never shown: a list may name any file on the machine
         raise InputError(
-            f"file list: cannot tell the format of its first non-empty file {first_file}, "
-            f"which starts {shown}",
+            f"file list: its first non-empty file {first_file} is not an SRILM N-best file "
+            "(no NBestList header, '(score)' or 'ascore lscore nwords' line)",
             path,
             lineno,
         )

@@ -72,6 +72,11 @@ def find_kbest_dirs(path: Path) -> tuple[Path, list[tuple[int, Path]]]:
     if not found:
         raise InputError("no <k>best_recog folders found (looked for raw_hypotheses/)", root)
     found.sort()
+    if found[0][0] == 0:
+        raise InputError(
+            "0best_recog: ranks count from 1 (1best_recog is the first hypothesis); "
+            "renumber the folders", found[0][1]
+        )
     for expected, (k, child) in enumerate(found, start=1):
         if k != expected:
             raise InputError(

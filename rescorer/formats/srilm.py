@@ -254,6 +254,25 @@ def input_files(path: Path) -> list[tuple[Path, Path | None, int | None]]:
     return [(path, None, None)]
 
 
+def _check_listed(file: Path, fmt: str, list_path: Path, list_line: int | None) -> None:
+    """InputError naming ``file`` and its list line unless its first line reads as ``fmt``
+    N-best content; the file's content is never shown (a list may name any file)."""
+    header = _FORMATS[fmt][0]
+    first = first_content_line(file)
+    if first is None:
+        return  # an empty list of hypotheses (srilm3), or the reader's own "no header" error
+    tokens = first[1].split()
+    ok = tokens == [header] if header is not None else looks_like_nbest_line(first[1])
+    if not ok:
+        expected = f"the header {header!r}" if header else "an 'ascore lscore nwords words' line"
+        raise InputError(
+            f"listed file {file} is not an N-best file in {fmt} form (its first line is not "
+            f"{expected})",
+            list_path,
+            list_line,
+        )
+
+
 def read_srilm(path: Path, fmt: str) -> NBest:
     """Read SRILM N-best files in format ``fmt`` from a file, folder or file list."""
     if fmt not in _FORMATS:
@@ -275,6 +294,8 @@ def read_srilm(path: Path, fmt: str) -> NBest:
                 list_line,
             )
         where[utt_id] = file
+        if list_path is not None:
+            _check_listed(file, fmt, list_path, list_line)
         lists.append(read_srilm_file(file, fmt, utt_id))
     return NBest(lists)
 

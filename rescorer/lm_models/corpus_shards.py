@@ -40,6 +40,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -111,6 +112,15 @@ def kind_of(path: str | Path) -> str:
 
 def shard_name(i: int, kind: str) -> str:
     return f"shard-{i:05d}.{EXTENSIONS[kind]}"
+
+
+_SHARD_FILE = re.compile(r"^shard-[0-9]{5,}\.[a-z]+$")
+
+
+def is_set_file(name: str) -> bool:
+    """Whether ``name`` belongs to a shard set (its index or a shard): the entries a new set
+    replaces or drops; anything else in the folder is left as it is."""
+    return name == INDEX_FILE or _SHARD_FILE.match(name) is not None
 
 
 @dataclass(frozen=True)
@@ -357,7 +367,7 @@ def write_shards(
         raise ValueError(f"kind must be one of {list(KINDS)}, got {kind!r}")
     if not isinstance(n_shards, int) or n_shards < 1:
         raise ValueError(f"expected a number of shards >= 1, got {n_shards!r}")
-    with atomic_dir(out_dir) as folder:
+    with atomic_dir(out_dir, owned=is_set_file) as folder:
         writer = _ShardWriter(folder, n_shards, kind)
         k = 0
         for unit, words in _units(source, kind):

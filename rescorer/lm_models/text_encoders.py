@@ -150,6 +150,29 @@ class HashEmbedder:
         return out
 
 
+# Weight files that are pickles (loading one can run code): never read from an encoder folder.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def check_safetensors_folder(path: Path) -> None:
+    """ValueError unless the model folder ``path`` holds safetensors weights and no pickled
+    ones anywhere inside (a sentence-transformers folder keeps modules in subfolders), checked
+    before any loader (sentence-transformers, transformers, torch.load) sees the folder."""
+    pickles = sorted(
+        f for f in path.rglob("*") if f.suffix in PICKLE_SUFFIXES and f.is_file()
+    )
+    if pickles:
+        raise ValueError(
+            f"{path}: pickled weights ({pickles[0].relative_to(path)}) are not loaded (a pickle "
+            "can run code); convert them with save_pretrained(..., safe_serialization=True)"
+        )
+    if not any(path.rglob("*.safetensors")):
+        raise ValueError(
+            f"{path}: no *.safetensors weights; only safetensors weights are loaded -- convert "
+            "the model with save_pretrained(..., safe_serialization=True)"
+        )
+
+
 class SentenceTransformerEmbedder:
     """A sentence-transformers model from a local folder (never the hub)."""
 
@@ -157,6 +180,7 @@ class SentenceTransformerEmbedder:
         path = Path(path)
         if not path.is_dir():
             raise ValueError(f"sentence-transformers model folder not found: {path}")
+        check_safetensors_folder(path)
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as err:
@@ -165,7 +189,12 @@ class SentenceTransformerEmbedder:
                 f"(pip install 'rescorer[cue]'): {err}"
             ) from None
         logger.info("loading sentence encoder %s from %s", name, path)
-        self._model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self._model = SentenceTransformer(
+            str(path),
+            device=device,
+            local_files_only=True,
+            model_kwargs={"use_safetensors": True},
+        )
         get_dim = getattr(self._model, "get_embedding_dimension", None)
         dim = get_dim() if get_dim else self._model.get_sentence_embedding_dimension()
         if not dim:
@@ -198,13 +227,7 @@ class TransformersCLSEmbedder:
             from transformers import AutoModel, AutoTokenizer
         except ImportError as err:
             raise ValueError(f"the transformers package is needed for hf:PATH: {err}") from None
-        if not any(path.glob("*.safetensors")):
-            # pytorch_model.bin is a pickle: loading one could run code (and transformers would
-            # try); only safetensors weights are read, as for the toolkit's own checkpoints
-            raise ValueError(
-                f"{path}: no *.safetensors weights; pickled weights (pytorch_model.bin) are not "
-                "loaded -- convert them with save_pretrained(..., safe_serialization=True)"
-            )
+        check_safetensors_folder(path)
         self._torch = torch
         self._tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self._model = (

@@ -167,6 +167,11 @@ def config_training_main(
 # -- early stopping ---------------------------------------------------------------------------
 
 
+class TrainingDiverged(ValueError):
+    """The loss or the dev perplexity stopped being finite: training stops, and no checkpoint of
+    the diverged weights is kept as the best (a ValueError: one line, exit status 2 at the CLI)."""
+
+
 class BestKeeper:
     """Early stopping for the in-memory trainers: keep the best weights by dev perplexity; after
     ``patience`` epochs without improvement stop (``None``: never), and after each epoch that
@@ -527,7 +532,14 @@ def fit(
                 optimizer.step()
                 if scheduler is not None:
                     scheduler.step()
-                loss_sum += float(step.logged)
+                logged = float(step.logged)
+                if not (world.parallel or math.isfinite(logged)):  # a process group: below
+                    raise TrainingDiverged(
+                        f"{options.name} epoch {epoch} step {steps + 1}: the training loss is "
+                        f"{logged} (training diverged); lower train.lr (now "
+                        f"{optimizer.param_groups[0]['lr']:g}) or clip the gradients"
+                    )
+                loss_sum += logged
                 count += step.count
                 tokens += step.count if step.tokens is None else step.tokens
                 steps += 1
@@ -552,6 +564,13 @@ def fit(
             count, tokens = int(count), int(tokens)
             dev = DevResult(_agreed_dev_value(dev.dev_ppl, world, epoch), dev.extra)
             _check_same_weights(params, world, epoch)
+        if not (math.isfinite(loss_sum) and math.isfinite(dev.dev_ppl)):
+            # every process sees the same totals, so every one stops here together
+            raise TrainingDiverged(
+                f"{options.name} epoch {epoch}: training loss {loss_sum / max(count, 1)}, dev "
+                f"perplexity {dev.dev_ppl} (training diverged); lower train.lr (now "
+                f"{optimizer.param_groups[0]['lr']:g}) or clip the gradients"
+            )
         record = EpochRecord(
             epoch=epoch,
             train_loss=loss_sum / max(count, 1),

@@ -326,6 +326,22 @@ def build_vocabulary(
     return counted_vocabulary(counts, n_sentences, max_size, min_count)
 
 
+def check_vocabulary_limits(
+    max_size: object, min_count: object, size_name: str, count_name: str
+) -> None:
+    """ValueError naming the config settings ``size_name``/``count_name`` unless ``max_size`` is
+    None or an integer >= 3 (the specials count) and ``min_count`` an integer >= 1."""
+    if max_size is not None and (
+        not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 3
+    ):
+        raise ValueError(
+            f"{size_name}: expected null or an integer >= {len(SPECIAL_TOKENS)} (it counts "
+            f"{', '.join(SPECIAL_TOKENS)}), got {max_size!r}"
+        )
+    if not isinstance(min_count, int) or isinstance(min_count, bool) or min_count < 1:
+        raise ValueError(f"{count_name}: expected an integer >= 1, got {min_count!r}")
+
+
 def counted_vocabulary(
     words: Mapping[str, int], sentences: int, max_size: int | None = None, min_count: int = 1
 ) -> Vocabulary:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from rescorer.core.constants import RESERVED_FEATURES
+
 if TYPE_CHECKING:  # the contract is imported by every command's options: numpy stays lazy
     import numpy as np
 
@@ -102,6 +104,12 @@ class LMSpec:
         path = Path(path_str)
         if not name:
             name = path.name.split(".")[0] or kind
+        if name in RESERVED_FEATURES:
+            raise ValueError(
+                f"model spec {spec!r}: the feature name {name!r} is reserved "
+                f"({', '.join(RESERVED_FEATURES)}: the combined score and the word count); "
+                "name the model with NAME=KIND:PATH"
+            )
         return cls(name=name, kind=kind, path=path)
 
 

@@ -264,5 +264,5 @@ def test_transformers_embedders_load_safetensors_only(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "config.json").write_text("{}")
     (folder / "pytorch_model.bin").write_bytes(b"a pickle would be here")
-    with pytest.raises(ValueError, match=r"no \*\.safetensors weights; pickled weights"):
+    with pytest.raises(ValueError, match=r"pickled weights \(pytorch_model\.bin\) are not loaded"):
         TransformersCLSEmbedder(folder, "bert")

@@ -166,3 +166,19 @@ def test_conllu_sentences_are_the_units(tmp_path: Path) -> None:
     source.write_text(GOOD)
     with pytest.raises(InputError, match=r"c\.conllu: 2 sentences cannot fill 3 shards"):
         write_shards(source, tmp_path / "u", 3)
+
+
+def test_only_the_shard_files_are_the_sets(tmp_path: Path) -> None:
+    """issue 51: `corpus shard` into a folder removed a file it had not written (o2/mine.txt),
+    and `--out .` changed unrelated files of the current folder. The set is the index and the
+    shard files; anything else in the folder stays as it was."""
+    source = write_text(tmp_path / "c.txt")
+    out = tmp_path / "o2"
+    out.mkdir()
+    (out / "mine.txt").write_text("the user's\n")
+    write_shards(source, out, 3)
+    write_shards(source, out, 2)  # fewer shards: the third one is the set's own, dropped
+    assert sorted(p.name for p in out.iterdir()) == [
+        "index.json", "mine.txt", "shard-00000.txt", "shard-00001.txt"
+    ]  # fmt: skip
+    assert (out / "mine.txt").read_text() == "the user's\n"

@@ -111,7 +111,8 @@ def fit_counting(prefetch: int, cap: int | None) -> tuple[list[int], list[bool]]
     """A one-weight model fitted on 10 batches a epoch for 2 epochs; which batches were prepared
     and, at each dev evaluation, whether a prefetch thread was still alive."""
     model = nn.Linear(1, 1, bias=False)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    # inputs of 100..209: a step of 0.1 would diverge (an infinite loss stops training)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-7)
     prepared: list[int] = []
     alive_at_dev: list[bool] = []
 

@@ -67,3 +67,39 @@ def test_hash_embedder_cache_is_bounded_and_clearing_it_changes_nothing(
         texts = random_texts(seed, 30)
         assert np.array_equal(emb.embed(texts), reference(texts, 32))
         assert len(emb._ids) <= 5 + len({w for t in texts for w in re.findall(r"\w+", t.lower())})
+
+
+def _planted_pickle(folder) -> None:  # type: ignore[no-untyped-def]
+    """A folder sentence-transformers would load, whose weights are a pickle that runs code."""
+    import json
+    import pickle
+
+    class Boom:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (print, ("the pickle ran",))
+
+    folder.mkdir()
+    module = {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}
+    (folder / "modules.json").write_text(json.dumps([module]))
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(Boom()))
+
+
+@pytest.mark.parametrize("kind", ["st", "hf"])
+def test_encoder_folders_with_pickled_weights_are_refused(tmp_path, capsys, kind) -> None:  # type: ignore[no-untyped-def]
+    """issue 52: an ``st:DIR`` context encoder (like ``hf:DIR``) is read only from safetensors;
+    a folder with a pickled ``pytorch_model.bin`` is refused in one line before any loader
+    sees it, whatever sentence-transformers or torch would do with it."""
+    folder = tmp_path / "enc"
+    _planted_pickle(folder)
+    with pytest.raises(ValueError, match=r"enc: .*pytorch_model\.bin.*not loaded") as info:
+        text_encoders.make_embedder(f"{kind}:{folder}")
+    assert "\n" not in str(info.value)
+    assert "the pickle ran" not in capsys.readouterr().out
+    # a nested module's pickle (a Dense layer's) is refused the same way
+    (folder / "pytorch_model.bin").unlink()
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "2_Dense").mkdir()
+    (folder / "2_Dense" / "pytorch_model.bin").write_bytes(b"x")
+    with pytest.raises(ValueError, match=r"2_Dense/pytorch_model\.bin"):
+        text_encoders.make_embedder(f"{kind}:{folder}")

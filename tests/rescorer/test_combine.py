@@ -81,6 +81,12 @@ def test_weights_round_trip_and_validation(tmp_path: Path) -> None:
         ('{"format": "rescorer-weights", "version": 9, "features": {"am": 1}}', "version 9"),
         ('{"format": "rescorer-weights", "version": 1, "features": {"am": "x"}}', "got a string"),
         ('{"format": "rescorer-weights", "version": 1, "features": {}}', "at least one"),
+        # a lone surrogate, refused here as every other reader refuses it
+        (
+            '{"format": "rescorer-weights", "version": 1, "features": {"\\ud800x": 1}}',
+            "lone surrogate",
+        ),
+        ('{"format": "rescorer-weights", "version": 1, "features": {"total": 1}}', "reserved"),
     ],
 )
 def test_bad_weights_files(tmp_path: Path, content: str, match: str) -> None:

@@ -72,3 +72,35 @@ def test_refused_files_name_the_line(tmp_path: Path, data: bytes, message: str) 
     path.write_bytes(data)
     with pytest.raises(InputError, match=message):
         list(io.read_lines(path))
+
+
+def test_a_decompression_bomb_is_refused_in_seconds(tmp_path: Path) -> None:
+    """issue 52: 256 MiB of newlines in a 255 KiB .gz kept `wer` busy for 523 s; a .gz that
+    decompresses past :data:`io.MAX_GZIP_RATIO` times its size is refused once it is past
+    :data:`io.GZIP_CHECK_BYTES`, naming the file."""
+    import subprocess
+    import sys
+
+    bomb = tmp_path / "ref.txt.gz"
+    bomb.write_bytes(gzip.compress(b"\n" * (256 * 2**20), compresslevel=9))
+    assert bomb.stat().st_size < 300 * 2**10
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("u1 a\n")
+    cmd = [sys.executable, "-m", "rescorer", "wer", "--ref", str(bomb), "--hyp", str(hyp)]
+    try:  # seconds, not minutes (a generous bound: 2 shared cores)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("wer still reading the decompression bomb after 60 s")
+    assert proc.returncode == 2, proc.stderr
+    assert "ref.txt.gz" in proc.stderr and "decompresses to more than" in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_ordinary_compressed_text_is_read_whole(tmp_path: Path) -> None:
+    """The bound leaves real compressed text alone: 40 MiB of varied lines (ratio < 10)."""
+    lines = [f"utt{i:07d} {' '.join(str(i * j % 9973) for j in range(12))}" for i in range(500_000)]
+    path = tmp_path / "big.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    n = sum(1 for _ in io.read_lines(path))
+    assert n == len(lines)

@@ -97,3 +97,36 @@ def test_program_lookup(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     monkeypatch.setenv("RESCORER_KENLM_BUILD", "0")
     with pytest.raises(KenLMToolError, match="rescorer ngram setup"):
         find_program("lmplz")
+
+
+@pytest.mark.parametrize("memory", ["lots", "-1G", "0", "0%", "101%", "100000T", "1G --help", ""])
+def test_memory_is_checked_before_lmplz_runs(tmp_path: Path, memory: str) -> None:
+    """lmplz's -S value never reaches the program unchecked (issue 51): one line, exit 2."""
+    from click.testing import CliRunner
+
+    from rescorer.cli.main import main
+
+    out = tmp_path / "m.bin"
+    args = ["ngram", "build", "--text", str(corpus(tmp_path)), "--memory", memory]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "--memory" in result.output, result.output
+    assert not out.exists()
+    for fine in ("2G", "500M", "40%", "1.5G", "64M"):
+        assert NgramOptions(memory=fine).memory == fine
+
+
+def test_too_little_text_says_what_to_do_in_one_line(tmp_path: Path) -> None:
+    """lmplz's Kneser-Ney discounts cannot be estimated on a tiny text: the toolkit's own flag
+    is named (not lmplz's --discount_fallback), in one line naming the text, exit 2."""
+    from click.testing import CliRunner
+
+    from rescorer.cli.main import main
+
+    text = tmp_path / "tiny.txt"
+    text.write_text("a b c\nb c d\n")
+    result = CliRunner().invoke(main, ["ngram", "build", "--text", str(text), "--out", "t.bin"])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1, result.output
+    assert "tiny.txt" in result.output and "--discount-fallback" in result.output
+    assert "--discount_fallback" not in result.output

@@ -98,6 +98,7 @@ from rescorer.lm_models.vocab import (
     SPECIAL_TOKENS,
     UNK_ID,
     Vocabulary,
+    check_vocabulary_limits,
     counted_vocabulary,
 )
 
@@ -150,8 +151,7 @@ class LBLDataConfig:
         )
         if len(set(self.attributes)) != len(self.attributes):
             raise ValueError(f"attributes must be distinct, got {list(self.attributes)}")
-        if self.min_count < 1:
-            raise ValueError(f"min_count must be >= 1, got {self.min_count}")
+        check_vocabulary_limits(self.max_vocab, self.min_count, "data.max_vocab", "data.min_count")
 
     def with_train_shards(self, shards: str | Path) -> LBLDataConfig:
         """This data section training on the shard folder ``shards`` instead of ``path``."""

@@ -62,7 +62,13 @@ from rescorer.lm_models.distributed import (
 from rescorer.lm_models.lstm.context import ContextVariable, text_encoder
 from rescorer.lm_models.tokenizer import SubwordTokenizer, TokenizerOptions
 from rescorer.lm_models.training import options_from_json
-from rescorer.lm_models.vocab import EOS_ID, UNK_ID, Vocabulary, counted_vocabulary
+from rescorer.lm_models.vocab import (
+    EOS_ID,
+    UNK_ID,
+    Vocabulary,
+    check_vocabulary_limits,
+    counted_vocabulary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +182,9 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.corpus not in CORPUS_READERS:
             raise ValueError(f"corpus must be one of {sorted(CORPUS_READERS)}, got {self.corpus!r}")
+        check_vocabulary_limits(
+            self.vocab_size, self.min_count, "data.vocab_size", "data.min_count"
+        )
         if isinstance(self.tokenizer, Mapping):
             tok = options_from_json(TokenizerOptions, self.tokenizer, "data.tokenizer")
             object.__setattr__(self, "tokenizer", tok)

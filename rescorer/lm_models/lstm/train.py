@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rescorer.core.output import atomic_dir, clean_stale
+from rescorer.core.output import atomic_dir, atomic_write, clean_stale
 from rescorer.lm_models.asr_tokens import ASR_TOKENS_FILE, checkpoint_asr_tokens
 from rescorer.lm_models.batching import Batch, Example, bucket_batches, bucket_parts, collate
 from rescorer.lm_models.checkpoint import (
@@ -203,6 +203,8 @@ class TrainOptions:
     prefetch: int = 2
 
     def __post_init__(self) -> None:
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"train.epochs: expected an integer >= 1, got {self.epochs!r}")
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {self.prefetch!r}")
         if not 0.0 < self.lr_decay <= 1.0:
@@ -480,13 +482,26 @@ def train(
             logger.info("resuming from %s after epoch %d", last, state["epoch"])
         except (ValueError, KeyError, OSError) as err:  # a damaged last/ (kill, full disk)
             state = _fall_back_to_best(best, model, device, err)
+    split: dict[str, Any] = {k: list(v) for k, v in data.split_ids.items()}
+    if data.stream is not None:
+        split["train_shards"] = str(data.stream.reader.index.directory)
+
+    def write_run_files() -> None:
+        """The run's config.json and split.json (atomic each)."""
+        with atomic_write(out_dir / "config.json") as fh:
+            fh.write(json.dumps(cfg.to_json(), indent=2) + "\n")
+        with atomic_write(out_dir / "split.json") as fh:
+            fh.write(json.dumps(split) + "\n")
+
+    # A new run into a folder holding an earlier run (--no-resume) leaves that run's config
+    # beside its weights until its own first checkpoint replaces them (a run that fails before,
+    # e.g. on a full disk or a diverged loss, leaves the folder as it was).
+    replacing = not resuming and any((out_dir / f).exists() for f in ("best", "last"))
+    pending_run_files = [replacing]
     if world.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n")
-        split: dict[str, Any] = {k: list(v) for k, v in data.split_ids.items()}
-        if data.stream is not None:
-            split["train_shards"] = str(data.stream.reader.index.directory)
-        (out_dir / "split.json").write_text(json.dumps(split) + "\n")
+        if not replacing:
+            write_run_files()
 
     use_amp = opts.amp and device.type == "cuda"
     epoch_gen: list[torch.Generator] = []  # the current epoch's generator (sampled softmax)
@@ -559,6 +574,9 @@ def train(
             if keeper.best_epoch == record.epoch:
                 save_checkpoint(best, model, data.vocab.tokens, meta, extra)
             _save_last(last, model, optimizer, data.vocab.tokens, meta, state, extra)
+            if pending_run_files[0]:
+                write_run_files()
+                pending_run_files[0] = False
 
     fit(
         model,

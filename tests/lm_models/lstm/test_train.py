@@ -214,6 +214,14 @@ def test_bad_configs_name_the_problem(tmp_path: Path) -> None:
         TrainConfig.from_json({"data": {"corpus": "jsonl", "path": "x"}, "train": {"lr0": 1}})
     with pytest.raises(ValueError, match="corpus must be one of"):
         TrainConfig.from_json({"data": {"corpus": "csv", "path": "x"}})
+    # the setting the user wrote is named, not the vocabulary builder's argument (issue 52)
+    for data, match in (
+        ({"vocab_size": 0}, r"data\.vocab_size: expected null or an integer >= 3 .* got 0"),
+        ({"vocab_size": 2.5}, r"data\.vocab_size: expected an integer"),
+        ({"min_count": 0}, r"data\.min_count: expected an integer >= 1, got 0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            TrainConfig.from_json({"data": {"corpus": "jsonl", "path": "x", **data}})
     bad = tmp_path / "c.json"
     bad.write_text("{")
     with pytest.raises(ValueError, match="c.json"):
@@ -544,3 +552,49 @@ def test_init_starts_a_new_run_from_a_checkpoints_weights(tmp_path: Path) -> Non
                   init=tmp_path / "f" / "best")  # fmt: skip
     assert [e.epoch for e in again.epochs] == [1, 2]
     assert again.epochs[1].dev_ppl == pytest.approx(base.best_dev_ppl, rel=1e-4)
+
+
+def test_no_epochs_or_a_diverged_loss_is_never_called_best(tmp_path: Path) -> None:
+    """issue 52: ``epochs: 0`` is refused at the config, and a loss that turns NaN or infinite
+    (``lr: 1e300``) stops training with a one-line error; no ``best`` checkpoint is written for a
+    model that never had a finite dev perplexity."""
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    with pytest.raises(ValueError, match=r"train\.epochs: expected an integer >= 1, got 0"):
+        config(corpus, epochs=0)
+    with pytest.raises(ValueError, match=r"diverged.*train\.lr") as info:
+        train(config(corpus, epochs=2, lr=1e300), tmp_path, tmp_path / "out", progress=False)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "out" / "best").exists()
+
+
+def test_the_cli_reports_divergence_in_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rescorer.cli.main import main
+
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    cfg = config(corpus, epochs=2, lr=1e300)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg.to_json()))
+    result = CliRunner().invoke(main, ["-q", "train", str(path), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "diverged" in result.output, result.output
+    assert not (tmp_path / "run" / "best").exists()
+
+
+def test_a_failed_new_run_leaves_the_earlier_run_whole(tmp_path: Path) -> None:
+    """issue 52: ``--no-resume`` into a run folder must not put the new config beside the old
+    weights; a new run that fails before its first checkpoint leaves the folder as it was, and
+    one that gets there replaces config and weights together."""
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    out = tmp_path / "run"
+    train(config(corpus, epochs=1), tmp_path, out, progress=False)
+    before = {f: (out / f).read_bytes() for f in ("config.json", "split.json")}
+    weights = (out / "best" / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="diverged"):
+        train(config(corpus, epochs=1, lr=1e300), tmp_path, out, resume=False, progress=False)
+    assert {f: (out / f).read_bytes() for f in before} == before
+    assert (out / "best" / "model.safetensors").read_bytes() == weights
+    train(config(corpus, epochs=1, lr=0.01), tmp_path, out, resume=False, progress=False)
+    assert json.loads((out / "config.json").read_text())["train"]["lr"] == 0.01
+    assert (out / "best" / "model.safetensors").read_bytes() != weights

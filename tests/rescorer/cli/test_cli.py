@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
@@ -950,3 +951,35 @@ def test_a_folder_argument_that_is_not_a_folder_is_one_line(
     result = run([a.format(**names) for a in args])
     found = "a file" if "--train-shards" in args else "nothing"
     assert_input_error(result, "expected an existing folder", f"found {found} there")
+
+
+def _all_commands() -> list[tuple[str, click.Command]]:
+    """Every (sub)command of the entry point, by its full name."""
+    found: list[tuple[str, click.Command]] = []
+
+    def walk(prefix: str, group: click.Group) -> None:
+        ctx = click.Context(group)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            assert command is not None
+            if isinstance(command, click.Group):
+                walk(f"{prefix}{name} ", command)
+            else:
+                found.append((f"{prefix}{name}", command))
+
+    walk("", main)
+    return found
+
+
+def test_every_seed_option_takes_only_a_generator_seed() -> None:
+    """A seed numpy and torch cannot take (-1, 2**70) is refused naming --seed (issues 51/52),
+    not by numpy's "expected non-negative integer" or a traceback."""
+    seeded = [(n, p) for n, c in _all_commands() for p in c.params if p.name == "seed"]
+    assert len(seeded) >= 5
+    for name, param in seeded:
+        assert isinstance(param.type, click.IntRange), name
+        assert (param.type.min, param.type.max) == (0, 2**32 - 1), name
+    for value in ("-1", str(2**70)):
+        result = CliRunner().invoke(main, ["keyboard-compare", "a", "b", "--seed", value])
+        assert result.exit_code == 2
+        assert "Invalid value for '--seed'" in result.output

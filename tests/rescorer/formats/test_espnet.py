@@ -149,6 +149,15 @@ def test_missing_rank_folder(tmp_path: Path) -> None:
         read_espnet(tmp_path)
 
 
+def test_rank_zero_is_named_as_such(tmp_path: Path) -> None:
+    """Ranks count from 1: a ``0best_recog`` is named, not reported as a missing 1best_recog."""
+    for ranks in ({0: {"text": "a X\n"}, 1: {"text": "a Y\n"}}, {0: {"text": "a X\n"}}):
+        make_set(tmp_path, ranks)
+        with pytest.raises(InputError, match="0best_recog: ranks count from 1") as info:
+            read_espnet(tmp_path)
+        assert "1best_recog is missing" not in str(info.value)
+
+
 def test_no_rank_folders(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no <k>best_recog") as info:
         read_espnet(tmp_path)

@@ -314,3 +314,22 @@ def test_score_dir_missing_files_duplicates_and_name_clashes(tmp_path: Path) -> 
         ScoreDir.parse("pron")
     with pytest.raises(InputError, match="expected a folder of score files"):
         add_score_dirs(two_lists(), [ScoreDir("x", tmp_path / "nope")])
+
+
+@pytest.mark.parametrize("fmt", [None, "srilm1", "srilm2", "srilm3"])
+def test_a_listed_file_that_is_not_nbest_is_named_not_shown(
+    tmp_path: Path, fmt: str | None
+) -> None:
+    """issue 52: a file list naming a file outside the data (a system file, a secret) gets an
+    error naming that file and the list line, never the start of the file's content."""
+    from rescorer.formats import read_nbest
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:TOPSECRET:/root:/bin/bash\nmore secret\n")
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{secret}\n")
+    with pytest.raises(InputError) as info:
+        read_nbest(listing, fmt)
+    message = str(info.value)
+    assert "secret.txt" in message and "list.txt:1" in message, message
+    assert "TOPSECRET" not in message and "root:x" not in message, message

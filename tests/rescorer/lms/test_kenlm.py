@@ -113,6 +113,25 @@ def test_spec_parsing(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="empty path"):
         parse_spec("kenlm:")
     assert "kenlm" in LOADERS
+    # the combined score and the word count are not model names, given or taken from the file
+    for spec in ("total=kenlm:a.arpa", "length=kenlm:a.arpa", "kenlm:/x/total.arpa"):
+        with pytest.raises(ValueError, match="reserved"):
+            parse_spec(spec)
+
+
+def test_reserved_feature_names_refused_on_the_command_line(tiny_arpa: Path) -> None:
+    from click.testing import CliRunner
+
+    from rescorer.cli.main import main
+
+    nbest = tiny_arpa.parent / "n.jsonl"
+    nbest.write_text('{"utt": "u1", "hyps": [{"text": "a b", "scores": {"am": -1.0}}]}\n')
+    for name in ("total", "length"):
+        out = tiny_arpa.parent / f"{name}.jsonl"
+        args = ["score", "--nbest", str(nbest), "--lm", f"{name}=kenlm:{tiny_arpa}"]
+        result = CliRunner().invoke(main, [*args, "--out", str(out)])
+        assert result.exit_code == 2 and "reserved" in result.output, result.output
+        assert not out.exists()
 
 
 def test_missing_or_broken_model_is_a_value_error(tmp_path: Path) -> None:
