@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -140,6 +142,11 @@ def handle_errors(fn: F) -> F:
             raise click.ClickException(str(err)) from None
         except ValueError as err:  # the library's check of a value: data, not usage
             raise InputFailure(str(err)) from None
+        except BrokenPipeError:
+            # the reader of stdout closed it (`| head`): stop quietly, as a Unix tool does, with
+            # nothing more written to the closed pipe (its buffer included)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(141) from None
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
             raise InputFailure(f"{where}{err.strerror or err}") from None
