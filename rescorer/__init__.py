@@ -12,7 +12,8 @@ The Python API, for rescoring without the CLI (each name is imported on first us
     result = tune_weights(dev, refs, ["decoder", "ctc", "4gram", "4gram_oov"])
     print(score_corpus(refs, one_best(dev, result.weights)).kaldi_line())
 
-See the README's "Python API" section for the names and what they return.
+See docs/guide/python-api.md and the API reference (docs/reference/api.md) for the names and what
+they return.
 """
 
 from __future__ import annotations
@@ -54,7 +55,23 @@ _API: dict[str, str] = {
     "compare": "rescorer.significance",
 }
 
-__all__ = sorted([*_API, "__version__"])
+__all__ = [
+    "TuneOptions",
+    "Weights",
+    "__version__",
+    "add_lm_scores",
+    "compare",
+    "load_lm",
+    "one_best",
+    "oracle",
+    "read_contexts",
+    "read_nbest",
+    "read_references",
+    "rerank",
+    "score_corpus",
+    "tune_weights",
+    "write_nbest",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -60,4 +60,5 @@ def test_type_checking_imports_cover_the_api() -> None:
             seen[alias or original] = f"{module}:{original}" if alias else module
     table = {name: where if ":" in where else where for name, where in rescorer._API.items()}
     assert seen == table
+    assert set(rescorer.__all__) == {*rescorer._API, "__version__"}  # a literal list, for linters
     assert (REPO / "rescorer" / "py.typed").is_file()

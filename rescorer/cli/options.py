@@ -257,7 +257,7 @@ def normalize_option(
         help=f"Normalise {applies_to}: none (raw text"
         + (", sclite parity)" if "references" in applies_to else ")")
         + f", a preset ({', '.join(PRESETS)}) or comma-separated steps of {', '.join(STEPS)} "
-        "(e.g. lower,punct). The README and rescorer/normalize.py say what each does.",
+        "(e.g. lower,punct). docs/guide/rescoring.md and rescorer/normalize.py say what each does.",
     )
     return option if fn is None else option(fn)
 

@@ -519,7 +519,7 @@ def score(
     and need no --lm (nor --ref: the references, --ref or the lists' own, are written into it).
     With --normalize the models score the normalised text, and the JSONL holds it.
 
-    Large sets are scored in parts (see README, "Scaling out"): --shard K/N here and there and
+    Large sets are scored in parts (docs/guide/scale.md): --shard K/N here and there and
     `rescorer merge`; --ray on a Ray cluster; or under torchrun, where each process scores its
     shard (on its own GPU when there are GPUs) and rank 0 writes OUT.
 
