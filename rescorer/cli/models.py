@@ -331,7 +331,7 @@ def train_cmd(
         cfg = replace(cfg, data=data)  # a ValueError with data.tokenizer (learns another set)
     if train_shards is not None:
         try:
-            cfg = with_train_shards(cfg, train_shards)
+            cfg = with_train_shards(cfg, train_shards.resolve())  # here, not under --data-dir
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
     result = train(

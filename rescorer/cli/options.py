@@ -584,7 +584,7 @@ def run_config_trainer(
         cfg = replace(cfg, train=replace(cfg.train, **overrides))
     if train_shards is not None:
         try:
-            cfg = cfg.with_train_shards(train_shards)
+            cfg = cfg.with_train_shards(train_shards.resolve())  # here, not under --data-dir
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
     result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not quiet())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,18 @@ def test_shard_check_and_train_from_the_shards(tmp_path: Path) -> None:
     assert "best dev perplexity" in result.output
     split = json.loads((tmp_path / "m" / "split.json").read_text())
     assert split["train_shards"] == str(tmp_path / "shards") and len(split["dev"]) == 6
+    # a relative --train-shards is a folder here (where it was checked to exist), not under the
+    # data folder: the --help example `--train-shards shards/` with another --data-dir
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "dev.jsonl").write_text((tmp_path / "dev.jsonl").read_text())
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        rel = ["train", "c.json", "--data-dir", "elsewhere", "--out", "m2"]
+        result = run(*rel, "--train-shards", "shards")
+    finally:
+        os.chdir(here)
+    assert result.exit_code == 0, result.output
     # without a dev corpus in the config: one line, exit status 2
     del config["data"]["dev"]
     (tmp_path / "c.json").write_text(json.dumps(config))
