@@ -200,7 +200,7 @@ def main() -> None:
         "30-best lists through `TorchLM` (one call; a prefix tree, each depth one batch; "
         f"{100 * oov:.1f} % of their words outside V). "
         "The recipe-scale runs "
-        "(`recipes/librispeech_nbest/ARCH_CPU.md`) train each for the LSTM twin's 30 minutes.",
+        "(`docs/experiments/librispeech_arch_cpu.md`) train each for the LSTM twin's 30 minutes.",
         "",
     ]
     with atomic_write(args.out) as fh:

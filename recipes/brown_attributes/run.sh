@@ -7,10 +7,11 @@
 # attribute vectors and from the paper's section 3.3 features (eqs. 8-9), conditional word
 # similarity (Table 5), conditioned samples (Table 2), ONNX export; unshared vocabularies
 # (section 2.4) on three UD treebanks with the language as attribute. Writes RESULTS.md and
-# training_curves.png beside this script. Each stage skips work whose output exists; delete
-# exp/ to start over.
+# training_curves.png under exp/; --publish merges them into the committed RESULTS.md beside this
+# script (the rows run replace theirs, the others stay) and copies its table into README.md.
+# Each stage skips work whose output exists; delete exp/ to start over.
 #
-#   bash recipes/brown_attributes/run.sh [--stage N] [--stop-stage N]
+#   bash recipes/brown_attributes/run.sh [--stage N] [--stop-stage N] [--publish]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # SEEDS ("0 1 2": the LBL and the genre ATD), DOC_SEEDS (the first of SEEDS: the genre + document
@@ -27,7 +28,7 @@ SEEDS=${SEEDS:-"0 1 2"}
 DOC_SEEDS=${DOC_SEEDS-${SEEDS%% *}}
 MODELS=${MODELS:-"lbl atd atd_doc"}
 NICE=${NICE:-10}
-source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage/--publish, run_stage, log, timed, publish
 
 PY="nice -n $NICE $ROOT/.venv/bin/python"
 RESCORER="nice -n $NICE $ROOT/.venv/bin/rescorer"
@@ -93,5 +94,6 @@ fi
 if run_stage 4; then
   log "stage 4: tables"
   timed "results" $PY "$HERE/local/results.py" "$HERE" "$EXP" "$DATA" --seeds $SEEDS
-  log "wrote $HERE/RESULTS.md"
+  publish "$EXP/RESULTS.md" "$HERE/RESULTS.md" --readme "$HERE/README.md" \
+    --copy "$EXP/training_curves.png"
 fi

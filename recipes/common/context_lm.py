@@ -3,15 +3,20 @@
 For each mode (Unadapted, SoftmaxBias, ConcatCell, FactorCell) and seed it trains a model of the
 same LSTM size (skipping runs already finished), then evaluates the best checkpoint on the test
 documents: perplexity, and generative classification of the context field (eq. 7) on whole
-documents and on chunks of a few sentences. Writes RESULTS.md in the recipe folder.
+documents and on chunks of a few sentences. Writes RESULTS.md and its plots under the recipe's
+exp/ folder; ``--publish`` writes them into the recipe folder (the committed page).
 
-Each finished run leaves a small record, ``runs/<mode>_seed<k>.json`` in the recipe folder
-(tracked in git): its training summary, test evaluation and per-epoch log, stamped with a hash of
-the recipe's ``train_config``. RESULTS.md is built from every record that matches the current
-config, so seeds can be trained on different days or machines (``--seeds 2`` adds seed 2 to the
-table); a record from a changed config is ignored with a warning and its run trained again.
+Each finished run leaves a small record, ``exp/runs/<mode>_seed<k>.json``: its training summary,
+test evaluation and per-epoch log, stamped with a hash of the recipe's ``train_config``;
+``--publish`` copies the records into the recipe's ``runs/`` (tracked in git). RESULTS.md is
+built from every record that matches the current config, the committed ones and this
+checkout's (which replace a committed one of the same run), so seeds can be trained on
+different days or machines (``--seeds 2`` adds seed 2 to the table) and a publishing run with
+fewer runs deletes none; a record from a changed config is ignored with a warning and its run
+trained again.
 
     python recipes/common/context_lm.py recipes/brown_genre [--seeds 0 1] [--modes factor ...]
+        [--publish]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +48,9 @@ from rescorer.lm_models.lstm.evaluate import perplexity, report_from_scores, val
 from rescorer.lm_models.lstm.inspect import context_pca, plot_pca, top_boosted_words
 from rescorer.lm_models.lstm.train import CORPUS_READERS, TrainConfig, train
 from rescorer.lm_models.vocab import Vocabulary
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # publish.py, beside this file
+from publish import copy_tables  # noqa: E402
 
 MODES = ("unadapted", "softmax_bias", "concat", "factor")
 LABELS = {
@@ -171,8 +180,19 @@ def config_hash(spec: dict[str, Any], mode: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def record_path(recipe: Path, mode: str, seed: int) -> Path:
-    return recipe / "runs" / f"{mode}_seed{seed}.json"
+def record_path(recipe: Path, mode: str, seed: int, published: bool = False) -> Path:
+    """A run's record: this checkout's, under exp/runs/, or (``published``) the committed one
+    under runs/."""
+    return recipe / ("runs" if published else "exp/runs") / f"{mode}_seed{seed}.json"
+
+
+def find_record(recipe: Path, spec: dict[str, Any], mode: str, seed: int) -> dict | None:
+    """The run's current-config record: this checkout's, else the committed one."""
+    for published in (False, True):
+        rec = load_record(record_path(recipe, mode, seed, published), spec)
+        if rec is not None:
+            return rec
+    return None
 
 
 def load_record(path: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -207,22 +227,30 @@ def save_record(recipe: Path, spec: dict[str, Any], info: dict, ev: dict) -> dic
     return rec
 
 
-def write_record(recipe: Path, rec: dict[str, Any]) -> None:
-    """``rec`` into its file under runs/ (temp file + rename)."""
-    path = record_path(recipe, rec["info"]["mode"], rec["info"]["seed"])
+def write_record(recipe: Path, rec: dict[str, Any], published: bool = False) -> None:
+    """``rec`` into its file under exp/runs/ (``published``: runs/; temp file + rename)."""
+    path = record_path(recipe, rec["info"]["mode"], rec["info"]["seed"], published)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as f:
         f.write(json.dumps(rec, indent=1) + "\n")
 
 
+def publish_records(recipe: Path, spec: dict[str, Any]) -> None:
+    """This checkout's current-config records (exp/runs/) join the committed ones (runs/)."""
+    for path in sorted((recipe / "exp" / "runs").glob("*_seed*.json")):
+        if (rec := load_record(path, spec)) is not None:
+            write_record(recipe, rec, published=True)
+
+
 def all_records(recipe: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
     """The current-config records of the recipe's complete seeds, in table order (mode, then
-    seed). A seed is complete once every mode recorded under any seed has a record for it, so
-    that each row of the table averages the same seeds."""
+    seed): the committed ones (runs/) and this checkout's (exp/runs/, in place of a committed
+    record of the same run). A seed is complete once every mode recorded under any seed has a
+    record for it, so that each row of the table averages the same seeds."""
+    paths = {p.name: p for p in sorted((recipe / "runs").glob("*_seed*.json"))}
+    paths |= {p.name: p for p in sorted((recipe / "exp" / "runs").glob("*_seed*.json"))}
     recs = [
-        rec
-        for path in sorted((recipe / "runs").glob("*_seed*.json"))
-        if (rec := load_record(path, spec)) is not None
+        rec for _, path in sorted(paths.items()) if (rec := load_record(path, spec)) is not None
     ]
     modes = {r["info"]["mode"] for r in recs}
     have: dict[int, set[str]] = {}
@@ -248,8 +276,17 @@ def fmt(values: list[float], pct: bool = False) -> str:
 
 
 def write_results(
-    recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]], command: str, started: float
+    recipe: Path,
+    spec: dict[str, Any],
+    records: list[dict[str, Any]],
+    command: str,
+    started: float,
+    published: bool = False,
 ) -> str:
+    """RESULTS.md and its plots from ``records``: under exp/, or (``published``) in the recipe
+    folder, with README.md's marked results table copied from it."""
+    out = recipe if published else recipe / "exp"
+    out.mkdir(parents=True, exist_ok=True)
     cfg = spec["train_config"]
     rows = [(r["info"], r["eval"]) for r in records]
     seeds = sorted({info["seed"] for info, _ in rows})
@@ -264,12 +301,16 @@ def write_results(
         f"- Device: {'; '.join(machines)}",
         f"- Seeds: {', '.join(map(str, seeds))}"
         + (
-            f" (recipe.json lists {', '.join(map(str, wanted))}; not yet run: "
+            f" (conf/recipe.json lists {', '.join(map(str, wanted))}; not yet run: "
             f"{', '.join(map(str, missing))})"
             if missing
             else ""
         )
-        + "; one record per run in `runs/`.",
+        + (
+            "; one record per run in `runs/`."
+            if published
+            else "; one record per run in `runs/` and, not yet published, `exp/runs/`."
+        ),
         f"- Wall time of this invocation: {time.perf_counter() - started:.0f} s; training "
         f"wall time per run is in the last table.",
         f"- Data: `{cfg['data']['path']}`, split by document ({cfg['data']['split']}, "
@@ -316,7 +357,7 @@ def write_results(
             f"{info['train_tokens_per_s']:,.0f} | {info['wall_s']:.0f} | "
             f"{'—' if ratio is None else f'{ratio:.2f}'} |"
         )
-    png = plot_curves(curves, recipe / "training_curves.png", spec["title"].split(",")[0])
+    png = plot_curves(curves, out / "training_curves.png", spec["title"].split(",")[0])
     lines += ["", f"![dev perplexity per epoch, every run]({png.name})"]
     best_factor = [ev for info, ev in rows if info["mode"] == "factor" and "confusion_docs" in ev]
     if best_factor:
@@ -328,10 +369,15 @@ def write_results(
             best_factor[0]["confusion_docs"],
             "```",
         ]
-    lines += inspection(recipe, spec, records)
+    lines += inspection(recipe, spec, records, out, published)
     text = "\n".join(lines) + "\n"
-    with atomic_write(recipe / "RESULTS.md") as f:
+    with atomic_write(out / "RESULTS.md") as f:
         f.write(text)
+    readme = recipe / "README.md"
+    if published and readme.exists():
+        table = copy_tables(readme.read_text(encoding="utf-8"), {"RESULTS.md": text}, str(readme))
+        with atomic_write(readme) as f:
+            f.write(table)
     return text
 
 
@@ -355,11 +401,14 @@ def plot_curves(curves: dict[str, list[float]], path: Path, title: str) -> Path:
     )
 
 
-def inspection(recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+def inspection(
+    recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]], out: Path, published: bool
+) -> list[str]:
     """Table 5 (top boosted words) and Figure 6 (PCA) for the first FactorCell run.
 
-    Computed from the run's checkpoint when it is here, and kept in its record (with the PNG in
-    the recipe folder), so a table rebuilt on a machine without the checkpoint still shows them.
+    Computed from the run's checkpoint when it is here, and kept in its record (under exp/runs/,
+    or runs/ when ``published``; the PNG in ``out``), so a table rebuilt on a machine without
+    the checkpoint still shows them.
     """
     factor = [r for r in records if r["info"]["mode"] == "factor"]
     if not factor:
@@ -368,13 +417,13 @@ def inspection(recipe: Path, spec: dict[str, Any], records: list[dict[str, Any]]
     best = recipe / "exp" / f"factor_seed{rec['info']['seed']}" / "best"
     if not best.exists():
         return list(rec.get("inspection", []))
-    lines = inspection_lines(recipe, spec, best)
+    lines = inspection_lines(out, spec, best)
     rec["inspection"] = lines
-    write_record(recipe, rec)
+    write_record(recipe, rec, published)
     return lines
 
 
-def inspection_lines(recipe: Path, spec: dict[str, Any], best: Path) -> list[str]:
+def inspection_lines(out: Path, spec: dict[str, Any], best: Path) -> list[str]:
     model, tokens, _ = load_checkpoint(best)
     field = spec["field"]
     lines = [
@@ -386,7 +435,7 @@ def inspection_lines(recipe: Path, spec: dict[str, Any], best: Path) -> list[str
     ]
     for value, words in top_boosted_words(model, tokens, field, 8).items():
         lines.append(f"| {value} | {' '.join(w for w, _ in words)} |")
-    png = recipe / "context_pca.png"
+    png = out / "context_pca.png"
     pca = context_pca(model, field)
     plot_pca(pca, png, f"{spec['title'].split(',')[0]}: {field} embeddings (PCA)")
     lines += [
@@ -406,24 +455,33 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--seeds", nargs="+", type=int, default=None)
     ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="copy this checkout's run records into runs/ and write RESULTS.md, its plots and "
+        "README.md's results table in the recipe folder (default: all under exp/)",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
     started = time.perf_counter()
-    spec = json.loads((args.recipe / "recipe.json").read_text())
+    spec = json.loads((args.recipe / "conf" / "recipe.json").read_text())
     data_dir = args.data_dir or default_data_dir()
     seeds = args.seeds or spec.get("seeds", [0, 1])
     for seed in seeds:
         for mode in args.modes:
-            if load_record(record_path(args.recipe, mode, seed), spec) is not None:
-                log.info("%s seed %d: recorded in runs/, skipped", mode, seed)
+            if find_record(args.recipe, spec, mode, seed) is not None:
+                log.info("%s seed %d: recorded in runs/ or exp/runs/, skipped", mode, seed)
                 continue
             log.info("training %s seed %d", mode, seed)
             info = run_one(args.recipe, spec, mode, seed, data_dir)
             log.info("evaluating %s seed %d", mode, seed)
             save_record(args.recipe, spec, info, evaluate_run(args.recipe, spec, info, data_dir))
+    if args.publish:
+        publish_records(args.recipe, spec)
     command = f"bash {args.recipe}/run.sh"
-    print(write_results(args.recipe, spec, all_records(args.recipe, spec), command, started))
+    records = all_records(args.recipe, spec)
+    print(write_results(args.recipe, spec, records, command, started, args.publish))
 
 
 if __name__ == "__main__":

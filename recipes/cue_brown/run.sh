@@ -3,13 +3,17 @@
 # context strings embedded by all-MiniLM-L6-v2 (genre, source, document id, previous sentence),
 # a decoder attending to the CUE vector, proxy embeddings and adaptation. Tables 3-6 and the
 # proxy-noise sweep of Figure 4, at a size that runs on two CPU cores.
-# Writes RESULTS.md and proxy_noise.png beside this script. Each stage skips work whose output
-# exists; delete exp/ (or one exp/runs/NAME) to redo it.
+# Writes RESULTS.md and its plots (proxy_noise.png, training_curves.png) under EXP; --publish
+# merges them into the committed page (the rows run replace theirs, the others stay) and puts
+# the plots beside it. Each stage skips work whose output exists; delete exp/ (or one
+# exp/runs/NAME) to redo it.
 #
-#   bash recipes/cue_brown/run.sh [--stage N] [--stop-stage N]
+#   bash recipes/cue_brown/run.sh [--stage N] [--stop-stage N] [--publish]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
-# EXP (recipes/cue_brown/exp), CONF (conf/recipe.json).
+# EXP (recipes/cue_brown/exp), CONF (conf/recipe.json), PUBLISH_TO (the page --publish merges
+# into: RESULTS.md here, whose table it also copies into README.md; for another CONF, its
+# page under docs/experiments/, e.g. docs/experiments/cue_brown_converged_cpu/index.md).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,7 +21,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
 CONF=${CONF:-$HERE/conf/recipe.json}
-source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
+PUBLISH_TO=${PUBLISH_TO:-$HERE/RESULTS.md}
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage/--publish, run_stage, log, timed, publish
 
 PY="nice -n 10 $ROOT/.venv/bin/python"
 RESCORER="nice -n 10 $ROOT/.venv/bin/rescorer"
@@ -72,6 +77,13 @@ fi
 
 if run_stage 6; then
   log "stage 6: tables and plot"
-  $PY "$HERE/local/results.py" tables "$EXP" "$HERE" --conf "$CONF"
-  log "wrote $HERE/RESULTS.md"
+  $PY "$HERE/local/results.py" tables "$EXP" "$EXP" --conf "$CONF" \
+    --discussion "$HERE/conf/discussion.md"
+  plots=()
+  for png in proxy_noise training_curves; do
+    [ -s "$EXP/$png.png" ] && plots+=("$EXP/$png.png")
+  done
+  readme=()
+  [ "$PUBLISH_TO" = "$HERE/RESULTS.md" ] && readme=(--readme "$HERE/README.md")
+  publish "$EXP/RESULTS.md" "$PUBLISH_TO" "${readme[@]}" --copy "${plots[@]}"
 fi

@@ -6,10 +6,12 @@
 # then simulates typing the Enron Mobile `mobile_nvp.txt` sentences letter by letter with
 # 1, 3 and 5 suggestions: each model alone (the LSTM also as an ONNX step model in ONNX Runtime)
 # and the 4-gram + LSTM interpolated (linear with EM weights from held-out training text, and
-# log-linear). Writes RESULTS.md beside this script.
-# Each stage skips work whose output already exists; delete exp/ to start over.
+# log-linear). Writes the results table to exp/RESULTS.md; with --publish stage 6 also merges it
+# into the committed RESULTS.md beside this script (recipes/common/publish.py: the rows it ran
+# replace theirs, the others stay) and copies its table into README.md. Each stage skips work
+# whose output already exists; delete exp/ to start over.
 #
-#   bash recipes/keyboard_enron/run.sh [--stage N] [--stop-stage N]
+#   bash recipes/keyboard_enron/run.sh [--stage N] [--stop-stage N] [--publish]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # TEST (test sentences, default mobile_nvp.txt of the Enron Mobile set), LIMIT (type only the
@@ -26,7 +28,7 @@ LIMIT=${LIMIT:-}
 VOCAB_SIZE=${VOCAB_SIZE:-20000}
 MEMORY=${MEMORY:-1G}
 DEVICE=${DEVICE:-cpu}
-source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage/--publish, run_stage, log, timed, publish
 
 PY=$ROOT/.venv/bin/python
 RESCORER=$ROOT/.venv/bin/rescorer
@@ -103,7 +105,8 @@ fi
 
 if run_stage 6; then
   log "stage 6: results table"
-  "$PY" "$HERE/local/results.py" --exp "$EXP" --test "$TEST" --out "$HERE/RESULTS.md" \
+  "$PY" "$HERE/local/results.py" --exp "$EXP" --test "$TEST" --out "$EXP/RESULTS.md" \
     --command "bash recipes/keyboard_enron/run.sh" \
     --settings "TEST=$(basename "$TEST") LIMIT=${LIMIT:-all} VOCAB_SIZE=$VOCAB_SIZE DEVICE=$DEVICE"
+  publish "$EXP/RESULTS.md" "$HERE/RESULTS.md" --readme "$HERE/README.md"
 fi

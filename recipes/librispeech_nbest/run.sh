@@ -2,51 +2,54 @@
 # LibriSpeech N-best rescoring with a 4-gram trained on public-domain novels.
 #
 # Rescores ESPnet's 30-best lists of LibriSpeech dev_clean and dev_other, with weights tuned on
-# dev_clean and evaluated on dev_other, and writes the results table to RESULTS.md beside this
-# script. Each stage skips work whose output already exists; delete exp/ to start over.
+# dev_clean and evaluated on dev_other, and writes the results table of the rows it ran to
+# exp/RESULTS.md; every tracked file stays as it is. With --publish, stage 7 also merges that
+# table into the committed RESULTS.md beside this script (the rows it ran replace theirs, the
+# others stay; recipes/common/publish.py) and copies the main table into README.md. Each stage
+# skips work whose output already exists; delete exp/ to start over.
 #
-#   bash recipes/librispeech_nbest/run.sh [--stage N] [--stop-stage N]
+#   bash recipes/librispeech_nbest/run.sh [--stage N] [--stop-stage N] [--publish]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # ORDER (n-gram order, 4), PRUNE (lmplz thresholds, e.g. 0,0,1,1; default none), MEMORY (lmplz
-# sort memory, 4G), TUNE_METHOD (risk: annealed minimum expected errors, which generalised best
-# in TUNING.md; mert: the exact error-count search), RESTARTS (random restarts of mert, 10),
-# SEED (0), LSTM (0; 1: also train a
-# word LSTM on the books and use it as a feature), LSTM_EVERY (train it on every n-th
-# book sentence, 5), LSTM_CONF (its training config, conf/lstm.json; conf/lstm_books.json is
-# a 1x512 LSTM over 50k words with the class-factored output, meant for all the books:
-# LSTM_EVERY=1, hours of training on a CPU; conf/lstm_books_gpu.json a 2x1024 one, ~15 min on
-# one H100; conf/lstm_books_subword_gpu.json its twin over 16k unigram pieces), LSTM_DIR (its
-# training folder, exp/lstm; training resumes there, and stage 3 is skipped once
-# LSTM_DIR/best exists: point it at a model trained before, e.g. on a GPU machine).
-# CTX (0; 1: also the rows of LMs conditioned on the previous utterances, issue 16: CTX_MODEL,
-# an LSTM trained with a `previous` text context, conf/lease/previous.json, and CTX_BASE, its
-# twin without one, conf/lease/word.json; defaults exp/lease_pair/{previous,word}/best, where
-# scripts/lease/unpack.py --dest exp/lease_pair put the pair of 2026-11-27), CTX_K (previous
-# utterances of the same chapter, 3; CTX_MODEL may also be a history model, data.history, which
-# reads them itself: conf/context_cpu/history.json). The context is the system's own 1-best of the earlier
-# utterances (never the references, which give only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated
-# with a unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py;
-# rows 3CK/4CK: the context LM itself with the cache):
-# CACHE_K (earlier utterances in the cache, 100: the chapter so far), CACHE_LAMBDA (0.1),
-# CACHE_MIN_CHARS (only words of at least this many letters are cached, 5). And the neural cache
-# rows (3NN, 4NN): the twin with a continuous cache of the chapter's earlier 1-best (Grave et al.
-# 2017, `ncache:`, rescorer/lms/neural_cache.py): NCACHE_THETA (0.5) and NCACHE_LAMBDA (0.05),
-# the pair that gave the dev_clean references the lowest perplexity.
-# BWD (0; 1, with CTX=1: also the rows of a backward LSTM beside the twin, `reverse:`,
-# rescorer/lms/reverse.py: a model trained on the books with each line's words reversed, which
-# scores each hypothesis right to left): BWD_CONF (its training config,
+# sort memory, 4G), TUNE_METHOD (risk: annealed minimum expected errors, which generalised best in
+# docs/experiments/librispeech_tuning.md; mert: the exact error-count search), RESTARTS (random
+# restarts of mert, 10), SEED (0), LSTM (0; 1: also train a word LSTM on the books and use it as a
+# feature), LSTM_EVERY (train it on every n-th book sentence, 5), LSTM_CONF (its training config,
+# conf/lstm.json; conf/lstm_books.json is a 1x512 LSTM over 50k words with the class-factored
+# output, meant for all the books: LSTM_EVERY=1, hours of training on a CPU;
+# conf/lstm_books_gpu.json a 2x1024 one, ~15 min on one H100; conf/lstm_books_subword_gpu.json its
+# twin over 16k unigram pieces), LSTM_DIR (its training folder, exp/lstm; training resumes there,
+# and stage 3 is skipped once LSTM_DIR/best exists: point it at a model trained before, e.g. on a
+# GPU machine). CTX (0; 1: also the rows of LMs conditioned on the previous utterances, issue 16:
+# CTX_MODEL, an LSTM trained with a `previous` text context, conf/lease/previous.json, and
+# CTX_BASE, its twin without one, conf/lease/word.json; defaults
+# exp/lease_pair/{previous,word}/best, where scripts/lease/unpack.py --dest exp/lease_pair put the
+# pair of 2026-11-27), CTX_K (previous utterances of the same chapter, 3; CTX_MODEL may also be a
+# history model, data.history, which reads them itself: conf/context_cpu/history.json). The
+# context is the system's own 1-best of the earlier utterances (never the references, which give
+# only the perplexity upper bound). With CTX=1 also the cache rows: the twin interpolated with a
+# unigram cache of the chapter's earlier 1-best text (`cache:`, rescorer/lms/cache.py; rows
+# 3CK/4CK: the context LM itself with the cache): CACHE_K (earlier utterances in the cache, 100:
+# the chapter so far), CACHE_LAMBDA (0.1), CACHE_MIN_CHARS (only words of at least this many
+# letters are cached, 5). And the neural cache rows (3NN, 4NN): the twin with a continuous cache
+# of the chapter's earlier 1-best (Grave et al. 2017, `ncache:`, rescorer/lms/neural_cache.py):
+# NCACHE_THETA (0.5) and NCACHE_LAMBDA (0.05), the pair that gave the dev_clean references the
+# lowest perplexity. BWD (0; 1, with CTX=1: also the rows of a backward LSTM beside the twin,
+# `reverse:`, rescorer/lms/reverse.py: a model trained on the books with each line's words
+# reversed, which scores each hypothesis right to left): BWD_CONF (its training config,
 # conf/context_cpu/backward.json, the CPU twin's size), BWD_DIR (its training folder,
 # $EXP/bwd/backward; stage 3 trains it there when BWD_DIR/best is missing, ~35 min on 2 cores).
 # CUE (0; 1: also the rows of a CUE model, Novotney et al., whose context is the previous
 # utterance's text as a MiniLM sentence vector: CUE_MODEL, trained with the previous sentence of
 # the book as its context, and CUE_BASE, the control decoder trained with the empty context;
 # defaults exp/cue/runs/t3_{prev,none}/model, which stage 3 trains with CUE_CONF,
-# conf/cue_cpu.json, through recipes/cue_brown/local/cue_brown.py when they are missing: about
-# 1.5 h on two cores), CUE_K (previous utterances of the same chapter in its context, 1: the
-# model was trained with one). TITLE (the first line of that table). RESULTS (the
-# table stage 7 writes, default RESULTS.md here, whose copy goes into README.md; elsewhere,
-# the README is left alone).
+# conf/cue_cpu.json, through recipes/cue_brown/local/cue_brown.py when they are missing: about 1.5
+# h on two cores), CUE_K (previous utterances of the same chapter in its context, 1: the model was
+# trained with one). TITLE (the first line of that table). RESULTS (the table stage 7 writes,
+# default exp/RESULTS.md), PUBLISH_TO (the committed page --publish merges it into, default
+# RESULTS.md here, whose main table --publish also copies into README.md; an experiment page of
+# docs/experiments/, e.g. librispeech_history_cpu.md, for a run of its rows).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -80,9 +83,10 @@ CUE_CONF=${CUE_CONF:-$HERE/conf/cue_cpu.json}
 CUE_MODEL=${CUE_MODEL:-$EXP/cue/runs/t3_prev/model}
 CUE_BASE=${CUE_BASE:-$EXP/cue/runs/t3_none/model}
 CUE_K=${CUE_K:-1}
-RESULTS=${RESULTS:-$HERE/RESULTS.md}
+RESULTS=${RESULTS:-$EXP/RESULTS.md}
+PUBLISH_TO=${PUBLISH_TO:-$HERE/RESULTS.md}
 TITLE=${TITLE:-LibriSpeech N-best rescoring: results}
-source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage/--publish, run_stage, log, timed, publish
 [ -d "$(dirname "$RESULTS")" ] || { log "RESULTS=$RESULTS: no folder $(dirname "$RESULTS")"; exit 2; }
 
 NBEST=$DATA/nbest/librispeech-espnet
@@ -493,7 +497,7 @@ fi
 if run_stage 7; then
   log "stage 7: results table"
   command="bash recipes/librispeech_nbest/run.sh"  # with the places that are not the defaults
-  [ "$RESULTS" = "$HERE/RESULTS.md" ] ||
+  [ "$RESULTS" = "$EXP/RESULTS.md" ] ||
     command="RESULTS=$(realpath --relative-to="$HERE" "$RESULTS") $command"
   [ "$EXP" = "$HERE/exp" ] || command="EXP=$(realpath --relative-to="$HERE" "$EXP") $command"
   "$PY" "$HERE/local/results.py" --nbest "$NBEST" --exp "$EXP" --lm "$LM" \
@@ -501,7 +505,10 @@ if run_stage 7; then
     $([ "$CTX" = 1 ] && echo --context) $([ "$CUE" = 1 ] && echo --cue) \
     $([ "$BWD" = 1 ] && echo --backward) --bwd-dir "$BWD_DIR" \
     --cue-model "$CUE_MODEL" --cue-base "$CUE_BASE" \
-    --out "$RESULTS" $([ "$RESULTS" = "$HERE/RESULTS.md" ] || echo --no-readme) --command "$command" \
+    --out "$RESULTS" --command "$command" \
     --settings "ORDER=$ORDER PRUNE=${PRUNE:-none} MEMORY=$MEMORY TUNE_METHOD=$TUNE_METHOD RESTARTS=$RESTARTS SEED=$SEED LSTM=$LSTM LSTM_EVERY=$LSTM_EVERY LSTM_CONF=$(realpath --relative-to="$HERE" "$LSTM_CONF") LSTM_DIR=$(realpath --relative-to="$HERE" "$LSTM_DIR") CTX=$CTX$([ "$CTX" = 1 ] && echo " CTX_MODEL=$(realpath --relative-to="$HERE" "$CTX_MODEL") CTX_BASE=$(realpath --relative-to="$HERE" "$CTX_BASE")") CTX_K=$CTX_K CACHE_K=$CACHE_K CACHE_LAMBDA=$CACHE_LAMBDA CACHE_MIN_CHARS=$CACHE_MIN_CHARS NCACHE_THETA=$NCACHE_THETA NCACHE_LAMBDA=$NCACHE_LAMBDA BWD=$BWD$([ "$BWD" = 1 ] && echo " BWD_CONF=$(realpath --relative-to="$HERE" "$BWD_CONF") BWD_DIR=$(realpath --relative-to="$HERE" "$BWD_DIR")") CUE=$CUE$([ "$CUE" = 1 ] && echo " CUE_CONF=$(realpath --relative-to="$HERE" "$CUE_CONF") CUE_MODEL=$(realpath --relative-to="$HERE" "$CUE_MODEL") CUE_BASE=$(realpath --relative-to="$HERE" "$CUE_BASE") CUE_K=$CUE_K")" \
     --title "$TITLE"
+  readme=()
+  [ "$PUBLISH_TO" = "$HERE/RESULTS.md" ] && readme=(--readme "$HERE/README.md")
+  publish "$RESULTS" "$PUBLISH_TO" "${readme[@]}"
 fi

@@ -5,10 +5,11 @@
 # words, and the probability of words after unknown ones for each unknown-factor strategy.
 # Tagged Brown (conf/brown.json, ~1 M words, the Brown tag and its coarse tag as factors) is
 # split by document and written as CoNLL-U in stage 1; from there it takes the treebanks' path.
-# Writes RESULTS.md beside this script. Each stage skips work whose output exists; delete exp/
-# to start over.
+# Writes RESULTS.md and training_curves.png under exp/; --publish merges them into the committed
+# RESULTS.md beside this script (the rows run replace theirs, the others stay) and copies its
+# table into README.md. Each stage skips work whose output exists; delete exp/ to start over.
 #
-#   bash recipes/ud_fnlm/run.sh [--stage N] [--stop-stage N]
+#   bash recipes/ud_fnlm/run.sh [--stage N] [--stop-stage N] [--publish]
 #
 # Settings (environment): RESCORER_DATA (data folder, default ../shared/data beside the repo),
 # TREEBANKS (conf names, "tr ug brown"), SEEDS ("0 1 2"), EXP (recipes/ud_fnlm/exp).
@@ -20,7 +21,7 @@ DATA=${RESCORER_DATA:-$ROOT/../shared/data}
 EXP=${EXP:-$HERE/exp}
 TREEBANKS=${TREEBANKS:-"tr ug brown"}
 SEEDS=${SEEDS:-"0 1 2"}
-source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage, run_stage, log, timed
+source "$ROOT/recipes/stages.sh" "$@"  # --stage/--stop-stage/--publish, run_stage, log, timed, publish
 
 PY=$ROOT/.venv/bin/python
 RESCORER=$ROOT/.venv/bin/rescorer
@@ -99,5 +100,6 @@ done
 if run_stage 5; then
   log "stage 5: tables"
   "$PY" "$HERE/local/results.py" "$HERE" "$EXP" "$DATA" --treebanks $TREEBANKS --seeds $SEEDS
-  log "wrote $HERE/RESULTS.md"
+  publish "$EXP/RESULTS.md" "$HERE/RESULTS.md" --readme "$HERE/README.md" \
+    --copy "$EXP/training_curves.png"
 fi

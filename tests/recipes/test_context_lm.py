@@ -104,8 +104,9 @@ def test_broken_record_names_file_and_line(tmp_path):
 
 
 def test_results_table_comes_from_records_alone(tmp_path):
-    """No exp/ folder: the table is rebuilt from runs/, complete seeds averaged, the rest named;
-    a seed some mode has not run yet (2: Unadapted only) stays out of every row."""
+    """No checkpoints: the table is rebuilt from the records, complete seeds averaged, the rest
+    named; a seed some mode has not run yet (2: Unadapted only) stays out of every row. It goes
+    under exp/, the recipe folder untouched."""
     runs = [
         ("unadapted", 0, 100.0),
         ("unadapted", 1, 110.0),
@@ -124,11 +125,59 @@ def test_results_table_comes_from_records_alone(tmp_path):
     text = drv.write_results(tmp_path, SPEC, drv.all_records(tmp_path, SPEC), "cmd", 0.0)
     assert "| Unadapted | 105.00 ± 5.00 |" in text
     assert "| FactorCell | 90.00 ± 0.00 | 50.00 ± 0.00 |" in text
-    assert "- Seeds: 0, 1 (recipe.json lists 0, 1, 2; not yet run: 2)" in text
+    assert "- Seeds: 0, 1 (conf/recipe.json lists 0, 1, 2; not yet run: 2)" in text
     assert "200.00" not in text
     assert "## kept inspection lines" in text
+    assert (tmp_path / "exp" / "RESULTS.md").read_text() == text
+    assert (tmp_path / "exp" / "training_curves.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]
+
+
+def test_unpublished_runs_join_the_committed_records_and_publish_copies_them(tmp_path):
+    """Committed records (runs/) and this checkout's (exp/runs/, in place of a committed one of
+    the same run) make one table; --publish copies the new records into runs/ and writes the
+    page (and README.md's table) in the recipe folder, every committed run still in it."""
+    for mode, seed, test in [("unadapted", 0, 100.0), ("factor", 0, 90.0)]:
+        drv.save_record(tmp_path, SPEC, info(mode, seed, test), {"test_ppl": test, "params": 10})
+    drv.publish_records(tmp_path, SPEC)  # published earlier: committed
+    for mode in ("unadapted", "factor"):
+        drv.record_path(tmp_path, mode, 0).unlink()
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "factor_seed0.json",
+        "unadapted_seed0.json",
+    ]
+    drv.save_record(tmp_path, SPEC, info("factor", 1, 80.0), {"test_ppl": 80.0, "params": 10})
+    drv.save_record(tmp_path, SPEC, info("unadapted", 1, 120.0), {"test_ppl": 120.0, "params": 10})
+    drv.save_record(tmp_path, SPEC, info("factor", 0, 70.0), {"test_ppl": 70.0, "params": 10})
+    records = drv.all_records(tmp_path, SPEC)
+    assert [(r["info"]["mode"], r["info"]["seed"], r["eval"]["test_ppl"]) for r in records] == [
+        ("unadapted", 0, 100.0),
+        ("unadapted", 1, 120.0),
+        ("factor", 0, 70.0),  # this checkout's, in place of the committed 90.0
+        ("factor", 1, 80.0),
+    ]
+    assert drv.find_record(tmp_path, SPEC, "unadapted", 0)["eval"]["test_ppl"] == 100.0
+    assert drv.find_record(tmp_path, SPEC, "factor", 0)["eval"]["test_ppl"] == 70.0
+    assert drv.find_record(tmp_path, SPEC, "factor", 2) is None
+    readme = (
+        '# Toy\n\n<!-- results table: "| model | test perplexity" from RESULTS.md -->\n'
+        "<!-- end of results table -->\n"
+    )
+    (tmp_path / "README.md").write_text(readme)
+    drv.write_results(tmp_path, SPEC, records, "cmd", 0.0)
+    assert (tmp_path / "README.md").read_text() == readme  # unpublished: untouched
+    assert not (tmp_path / "RESULTS.md").exists()
+    text = drv.write_results(tmp_path, SPEC, records, "cmd", 0.0, published=True)
     assert (tmp_path / "RESULTS.md").read_text() == text
     assert (tmp_path / "training_curves.png").exists()
+    assert "| Unadapted | 110.00 ± 10.00 |" in (tmp_path / "README.md").read_text()
+    assert "one record per run in `runs/`." in text
+    drv.publish_records(tmp_path, SPEC)
+    assert len(list((tmp_path / "runs").iterdir())) == 4
+    assert drv.load_record(drv.record_path(tmp_path, "factor", 0, True), SPEC)["eval"] == {
+        "test_ppl": 70.0,
+        "params": 10,
+    }
 
 
 def test_a_run_folder_from_another_config_is_set_aside_not_reused(tmp_path, caplog):

@@ -1,6 +1,9 @@
 """Stage 4 of recipes/brown_attributes: the tables -> RESULTS.md (and training_curves.png).
 
-    python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --seeds 0 1
+    python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --seeds 0 1 [--out DIR]
+
+Both go into --out (default EXP_DIR); `run.sh --publish` merges the page into the committed
+RESULTS.md (recipes/common/publish.py).
 
 1. Perplexity of the test documents (every token incl. </s>; words outside the vocabulary as
    <unk>) for the plain LBL, the genre-gated LBL (ATD) and, where trained, the ATD with genre
@@ -587,7 +590,9 @@ def main() -> None:
     ap.add_argument("exp_dir", type=Path)
     ap.add_argument("data_dir", type=Path)
     ap.add_argument("--seeds", nargs="+", default=["0", "1"])
+    ap.add_argument("--out", type=Path, help="folder of RESULTS.md and its plot (default: EXP)")
     args = ap.parse_args()
+    out: Path = args.out or args.exp_dir
     t_start = time.perf_counter()
     torch.manual_seed(0)
     exp: Path = args.exp_dir
@@ -630,7 +635,7 @@ def main() -> None:
                 for key, v in effect.items():
                     kl.setdefault(key, []).append(v)
     n_test_tokens = sum(len(s) + 1 for d in test for s in d.sentences)
-    plot_curves(curves, args.recipe_dir / "training_curves.png")
+    plot_curves(curves, out / "training_curves.png")
 
     model, vocab = load_lbl(first)
     assert test_rows is not None
@@ -790,7 +795,7 @@ def main() -> None:
         "",
         "Stage wall times (s): " + ", ".join(f"{k} {v}" for k, v in times.items()),
     ]
-    with atomic_write(args.recipe_dir / "RESULTS.md") as f:
+    with atomic_write(out / "RESULTS.md") as f:
         f.write("\n".join(out) + "\n")
 
 

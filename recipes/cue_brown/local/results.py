@@ -1,7 +1,10 @@
 """Tables and plot of the CUE Brown recipe (RESULTS.md, proxy_noise.png), and the CLI's inputs.
 
 python local/results.py cli-inputs EXP OUT     test text (kaldi) and context file for the CLI
-python local/results.py tables EXP HERE --conf CONF
+python local/results.py tables EXP OUT --conf CONF [--discussion FILE]
+
+run.sh writes the tables into EXP (OUT = EXP), with conf/discussion.md appended; `run.sh
+--publish` merges them into the committed RESULTS.md (recipes/common/publish.py).
 """
 
 from __future__ import annotations
@@ -116,7 +119,8 @@ def schedule(opts: dict[str, Any]) -> str:
     return f"{opts['epochs']} {unit} of batches of up to {opts['max_tokens']:,} tokens{steps}"
 
 
-def tables(exp: Path, here: Path, conf_path: Path) -> None:
+def tables(exp: Path, here: Path, conf_path: Path, discussion: Path | None = None) -> None:
+    """RESULTS.md and its plots into ``here``, with ``discussion`` (hand-written) at the end."""
     rows3_sets = ("none", "meta", "prev", "both")
     conf = json.loads(conf_path.read_text())
     runs = exp / "runs"
@@ -702,8 +706,7 @@ def tables(exp: Path, here: Path, conf_path: Path) -> None:
     runs_table(runs, add, here)
     if missing:
         add(f"Runs not finished when this file was written (shown as –): {sorted(set(missing))}.\n")
-    discussion = here / "conf" / "discussion.md"
-    if discussion.is_file():
+    if discussion is not None and discussion.is_file():
         add(discussion.read_text().strip() + "\n")
     write_atomic(here / "RESULTS.md", "\n".join(lines))
 
@@ -917,13 +920,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("exp", type=Path)
     ap.add_argument("out", type=Path)
     ap.add_argument("--conf", type=Path, default=None)
+    ap.add_argument("--discussion", type=Path, default=None, help="appended to RESULTS.md")
     args = ap.parse_args(argv)
     if args.conf is None:
         sys.exit("--conf is needed")
     if args.what == "cli-inputs":
         cli_inputs(args.exp, args.out, args.conf)
     else:
-        tables(args.exp, args.out, args.conf)
+        tables(args.exp, args.out, args.conf, args.discussion)
 
 
 if __name__ == "__main__":

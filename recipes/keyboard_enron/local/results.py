@@ -1,8 +1,9 @@
-"""Write the keyboard recipe's results table (RESULTS.md) from its outputs.
+"""Write the keyboard recipe's results table (--out; run.sh: exp/RESULTS.md) from its outputs.
 
 Reads the evaluation reports and per-sentence results of `rescorer keyboard-eval`
 (exp/eval/NAME.{json,jsonl}), the training data counts, the models' sizes and the stage times,
-and runs the paired tests of :func:`rescorer.keyboard.compare_systems`. Run by stage 6 of run.sh.
+and runs the paired tests of :func:`rescorer.keyboard.compare_systems`. Run by stage 6 of run.sh;
+`run.sh --publish` merges the table into the committed RESULTS.md (recipes/common/publish.py).
 """
 
 from __future__ import annotations

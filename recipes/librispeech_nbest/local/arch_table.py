@@ -1,4 +1,4 @@
-"""ARCH_CPU.md: the LSTM against small causal Transformers, trained the same way on the novels.
+"""The LSTM against small causal Transformers, trained the same way on the novels (a table).
 
 Each run is a ``rescorer train`` output folder; its ``last/trainer.json`` holds every epoch's
 tokens, seconds and dev perplexity (on the same held-out books: the configs share the data
@@ -7,7 +7,11 @@ common budget of wall time and of tokens (linear in log-perplexity between the e
 it; "-" where a run did not get that far).
 
     python local/arch_table.py --run "LSTM 1x256=exp/bwd/forward_seed1" \
-        --run "Transformer 2x256=exp/arch/transformer_2l" --out ARCH_CPU.md
+        --run "Transformer 2x256=exp/arch/transformer_2l" [--out exp/arch_cpu.md] [--publish]
+
+The table goes to --out (default exp/arch_cpu.md in the recipe folder); --publish also merges it
+into the experiment page docs/experiments/librispeech_arch_cpu.md (recipes/common/publish.py:
+the runs in the table replace theirs, the others stay).
 """
 
 from __future__ import annotations
@@ -21,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
+RECIPE = REPO / "recipes" / "librispeech_nbest"
+PAGE = REPO / "docs" / "experiments" / "librispeech_arch_cpu.md"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "recipes" / "common"))
+
+from publish import publish  # noqa: E402
 
 from rescorer.core.output import atomic_write  # noqa: E402
 
@@ -112,7 +121,8 @@ def main() -> None:
     ap.add_argument("--run", action="append", required=True, help="LABEL=FOLDER (repeatable)")
     ap.add_argument("--seconds", type=float, nargs="+", default=[600, 1200, 1700])
     ap.add_argument("--tokens", type=float, nargs="+", default=[4e6, 8e6, 12e6])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=RECIPE / "exp" / "arch_cpu.md")
+    ap.add_argument("--publish", action="store_true", help=f"merge the table into {PAGE.name}")
     args = ap.parse_args()
     runs = []
     for spec in args.run:
@@ -168,9 +178,13 @@ def main() -> None:
             f"| {p.epoch} | {p.tokens:,} | {p.seconds:,.0f} | {p.dev_ppl:.1f} |" for p in r.points
         ]
         lines.append("")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(args.out) as fh:
         fh.write("\n".join(lines))
     print(f"wrote {args.out}")
+    if args.publish:
+        publish(args.out, PAGE)
+        print(f"merged it into {PAGE}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Write the LibriSpeech rescoring results table (RESULTS.md) from the recipe's outputs.
+"""Write the LibriSpeech rescoring results table (exp/RESULTS.md) from the recipe's outputs.
 
 Uses the toolkit's public API only: the N-best reader, reference reader, WER scoring, oracle and
-significance tests. Run by stage 5 of run.sh.
+significance tests. Run by stage 7 of run.sh, which writes the table of the rows it ran under
+exp/; `run.sh --publish` merges it into the committed RESULTS.md (recipes/common/publish.py).
 """
 
 from __future__ import annotations
@@ -256,23 +257,6 @@ def wall_time(exp: Path) -> str:
 
 def pct(report: WerReport) -> str:
     return f"{100 * report.total.wer:.2f}"
-
-
-BEGIN, END = "<!-- results: written by local/results.py -->", "<!-- end of results -->"
-
-
-def update_readme(readme: Path, results: str) -> None:
-    """Put the results between the markers of the recipe's README (when it has them)."""
-    if not readme.exists():
-        return
-    text = readme.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        return
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    body = results.split("\n", 2)[2]  # drop the title line
-    with atomic_write(readme) as f:
-        f.write(f"{head}{BEGIN}\n{body}\n{END}{tail}")
 
 
 def tuning_words(exp: Path, systems: list[tuple[str, str, str | None]]) -> str:
@@ -708,11 +692,6 @@ def main() -> None:
     ap.add_argument("--settings", default="")
     ap.add_argument("--title", default="LibriSpeech N-best rescoring: results")
     ap.add_argument(
-        "--no-readme",
-        action="store_true",
-        help="leave README.md's results section alone (a table written elsewhere with --out)",
-    )
-    ap.add_argument(
         "--context",
         action="store_true",
         help="the rows of the previous-utterance context and the cache (run.sh CTX=1)",
@@ -804,8 +783,8 @@ def main() -> None:
         f"of `corpora/gutenberg` normalised to LibriSpeech style ({n_sent:,} sentences, "
         f"{n_words:,} words); binary size {args.lm.stat().st_size / 2**20:.0f} MiB.",
         f"- Weights tuned on dev_clean {tuning_words(args.exp, systems)}, applied unchanged to "
-        "dev_other (`TUNING.md` compares the tuning methods). Row 1 is the list order ESPnet "
-        "produced.",
+        "dev_other (`docs/experiments/librispeech_tuning.md` compares the tuning methods). "
+        "Row 1 is the list order ESPnet produced.",
         *lstm_lines(args.exp, args.lstm_dir or args.exp / "lstm", args.lstm_every),
         *(
             context_lines(
@@ -870,8 +849,6 @@ def main() -> None:
     text = "\n".join(lines)
     with atomic_write(args.out) as f:
         f.write(text)
-    if not args.no_readme:
-        update_readme(args.out.parent / "README.md", text)
     # The table itself on stdout for the person running the recipe.
     start = next(i for i, line in enumerate(lines) if line.startswith("| # | system"))
     print("\n".join(lines[start : start + len(systems) + 3]))

@@ -2,6 +2,9 @@
 
     python local/results.py RECIPE_DIR EXP_DIR DATA_DIR --treebanks tr ug brown --seeds 0 1
 
+RESULTS.md and training_curves.png go into --out (default EXP_DIR); `run.sh --publish` merges
+the page into the committed RESULTS.md (recipes/common/publish.py).
+
 For each corpus (a treebank or tagged Brown): per-token natural-log probabilities of dev and
 test from the 3-gram (KenLM), and from every word NLM and FNLM seed under each unknown-factor
 strategy; Table 1 (mean probability of known words after an unknown one) per strategy; the
@@ -412,7 +415,9 @@ def main() -> None:
     ap.add_argument("data", type=Path)
     ap.add_argument("--treebanks", nargs="+", required=True)
     ap.add_argument("--seeds", nargs="+", type=int, required=True)
+    ap.add_argument("--out", type=Path, help="folder of RESULTS.md and its plot (default: EXP)")
     args = ap.parse_args()
+    out = args.out or args.exp
     t0 = time.perf_counter()
     confs = [
         json.loads((args.recipe / "conf" / f"{tb}.json").read_text(encoding="utf-8"))
@@ -478,7 +483,7 @@ def main() -> None:
             }
             for conf, res in zip(confs, results, strict=True)
         },
-        args.recipe / "training_curves.png",
+        out / "training_curves.png",
         ylabel="dev perplexity, no unk",
         style_of=lambda name: {"color": "tab:red" if name.startswith("FNLM") else "tab:blue"},
     )
@@ -486,7 +491,7 @@ def main() -> None:
         f"- Training curves (dev perplexity per epoch of every run; the star marks the epoch "
         f"kept): ![dev perplexity per epoch]({png.name})"
     )
-    with atomic_write(args.recipe / "RESULTS.md") as f:
+    with atomic_write(out / "RESULTS.md") as f:
         f.write(render(confs, results, header))
 
 
