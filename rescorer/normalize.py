@@ -1,7 +1,7 @@
 """Text normalisation for scoring: one mapping applied alike to references and hypotheses.
 
 Raw text is the default everywhere (sclite parity). A normaliser is named by a spec, the value of
-``--normalize`` on ``wer``, ``tune``, ``rescore`` and ``score``:
+``--normalize`` on ``wer``, ``tune``, ``rescore``, ``score`` and ``keyboard-eval``:
 
 ``none``
     the words as they are.
@@ -13,7 +13,17 @@ steps, comma-separated (``lower,punct``), run in this order whatever order they 
     ``hyphen`` runs first); a word with nothing left is dropped;
     ``lower`` or ``upper``  case.
 presets (on their own):
-    ``english``  comparable to Whisper's English normaliser: bracketed and parenthesised spans
+    ``whisper``  exactly openai-whisper's ``EnglishTextNormalizer``, the normaliser of published
+    Whisper-normalised WERs (:func:`whisper_english`). Like ``english`` it removes bracketed
+    spans and hesitations and expands contractions and titles; unlike it, it writes numbers as
+    digits (``sixty eight`` -> ``68``, ``second`` -> ``2nd``, ``twenty percent`` -> ``20%``),
+    ``'s`` as ``is``, British spellings as American (``colour`` -> ``color``), and splits words
+    at ``/``, ``:``, ``@`` and ``.`` (``today/tonight``, ``6:30``, e-mail addresses). It needs
+    the ``whisper-normalizer`` package (``pip install 'rescorer[whisper]'``), and works on the
+    whole text, not word by word.
+    ``english``  rescorer's own lighter English normaliser, word by word, and not Whisper's
+    (numbers, ``'s`` and British spellings stay as written, so it suits text for language models
+    and keyboards): bracketed and parenthesised spans
     (``[laughter]``, ``(inaudible)``) removed, accents stripped, lower case, hyphens split,
     ``&`` -> ``and`` and ``%`` -> ``percent``, punctuation deleted as by ``punct`` except that
     ``.`` between digits stays (``3.5``) and ``,`` between digits goes (``1,000`` -> ``1000``),
@@ -28,7 +38,8 @@ presets (on their own):
     the recipe ``recipes/librispeech_nbest`` normalises its LM training text with it.
 
 Every step works word by word (words are whitespace-separated and a step never joins two), so
-normalised words are cached; only ``english``'s bracket removal looks at the whole text.
+normalised words are cached; only ``english``'s bracket removal and ``whisper`` look at the whole
+text.
 
 Noise words (:class:`NoiseWords`, ``--noise-words FILE`` on ``wer``, ``tune`` and ``rescore``)
 are the other scoring-only change, as SRILM's ``-noise-vocab``: words such as ``[noise]`` or
@@ -58,7 +69,7 @@ logger = logging.getLogger(__name__)
 
 STEPS: tuple[str, ...] = ("hyphen", "punct", "lower", "upper")
 """Composable steps, in the order they run."""
-PRESETS: tuple[str, ...] = ("english", "librispeech")
+PRESETS: tuple[str, ...] = ("whisper", "english", "librispeech")
 """Fixed normalisers, used on their own."""
 CHOICES: tuple[str, ...] = ("none", *STEPS, *PRESETS)
 """Every name a spec may hold."""
@@ -220,6 +231,42 @@ def remove_bracketed(text: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Whisper
+# --------------------------------------------------------------------------------------------
+
+WHISPER_REQUIREMENT = "whisper-normalizer>=0.1.15,<0.2"
+"""The package ``--normalize whisper`` runs (the ``[whisper]`` extra)."""
+
+# Rules that whisper-normalizer's EnglishTextNormalizer has and openai-whisper's has not (0.1.15:
+# kinda -> kind of, sorta -> sort of, dunno -> do not know, cause -> because, which turns "the
+# cause of" into "the because of"). Without them its output is openai-whisper's
+# (tests/rescorer/test_whisper_normalize.py compares the two where openai-whisper is installed).
+_NOT_WHISPER_RULES = frozenset({r"\bkinda\b", r"\bsorta\b", r"\bdunno\b", r"\bcause\b"})
+
+
+def whisper_english() -> Callable[[str], str]:
+    """openai-whisper's ``EnglishTextNormalizer``: a function from a text to its normalised text.
+
+    It is whisper-normalizer's (MIT; the spelling map ``english.json`` ships with it) less the
+    rules that package adds to Whisper's. ValueError saying what to install when it is missing.
+    """
+    try:
+        from whisper_normalizer.english import EnglishTextNormalizer
+    except ImportError:
+        raise ValueError(
+            "--normalize whisper needs the whisper-normalizer package: pip install "
+            f"'rescorer[whisper]' (or pip install '{WHISPER_REQUIREMENT}')"
+        ) from None
+    normalizer = EnglishTextNormalizer()
+    normalizer.replacers = {
+        pattern: replacement
+        for pattern, replacement in normalizer.replacers.items()
+        if pattern not in _NOT_WHISPER_RULES
+    }
+    return normalizer
+
+
+# --------------------------------------------------------------------------------------------
 # Normalisers
 # --------------------------------------------------------------------------------------------
 
@@ -335,6 +382,8 @@ def get_normalizer(spec: str = "none") -> Normalizer:
     name = ",".join(names)
     if names == ("none",):
         return Normalizer("none")
+    if names == ("whisper",):
+        return Normalizer(name, None, functools.lru_cache(maxsize=1 << 16)(whisper_english()))
     if names == ("english",):
         word_fn: Callable[[str], tuple[str, ...]] = english_word
         return Normalizer(name, functools.lru_cache(maxsize=1 << 18)(word_fn), remove_bracketed)
