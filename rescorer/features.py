@@ -1,15 +1,16 @@
-"""Adding language-model scores to N-best lists as named features."""
+"""Adding language-model scores, and the lists' own order, to N-best lists as named features."""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
 
-from rescorer.core.constants import OOV_SUFFIX
+from rescorer.core.constants import OOV_SUFFIX, RANK_FEATURE
 from rescorer.lms.contract import Context, LanguageModel, sentence_scores
 from rescorer.nbest import NBest
 
@@ -37,6 +38,34 @@ class LMFeatureReport:
             f"{self.name}: scored {self.sentences} hypotheses, {self.words} words, "
             f"{self.oov_words} OOV ({100 * self.oov_rate:.2f}%)"
         )
+
+
+def rank_values(n: int) -> list[float]:
+    """The ``rank`` feature of a list of ``n`` hypotheses: ``-log(1 + position)``, 0 for the
+    first hypothesis, -0.69 for the second, -3.4 for the 30th.
+
+    Measured against ``-position`` on LibriSpeech lists without scores, with a 4-gram beside it
+    (docs/guide/rescoring.md): the logarithm lets the model reach deep into a list for a clear
+    gain while a step near the top stays costly, and generalised better from dev_clean to
+    dev_other.
+    """
+    return [-math.log1p(i) for i in range(n)]
+
+
+def add_rank_feature(nbest: NBest, name: str = RANK_FEATURE) -> NBest:
+    """The lists with their order as the feature ``name`` (:func:`rank_values`): what the first
+    pass left of its ranking when the lists carry no score (HyPoradise files often hold none).
+
+    The values depend on the positions as read, so the feature is added before any reranking;
+    ``rescore`` adds it again with the same values when its weights name it. A list that
+    already has a score ``name`` is a ValueError.
+    """
+    if any(name in hyp.scores for nb in nbest.values() for hyp in nb):
+        raise ValueError(
+            f"the N-best lists already hold a score named {name!r}: the list order cannot be "
+            "added under that name"
+        )
+    return nbest.with_scores(name, {utt: rank_values(len(nb)) for utt, nb in nbest.items()})
 
 
 def add_lm_scores(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -32,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rescorer.core.errors import KenLMToolError
+from rescorer.core.io import sha256_of
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ def _locked(folder: Path) -> Iterator[None]:
 
 def _download(dest: Path) -> None:
     """The pinned source package into ``dest`` (checked by SHA-256; a bad copy is removed)."""
-    if dest.is_file() and _sha256(dest) == KENLM_SHA256:
+    if dest.is_file() and sha256_of(dest) == KENLM_SHA256:
         return
     logger.info("downloading kenlm-%s source package from PyPI", KENLM_VERSION)
     part = dest.with_name(dest.name + ".part")
@@ -141,21 +141,13 @@ def _download(dest: Path) -> None:
             f"{dest.parent} by hand, or point RESCORER_KENLM_BIN at a folder holding lmplz and "
             "build_binary"
         ) from None
-    digest = _sha256(part)
+    digest = sha256_of(part)
     if digest != KENLM_SHA256:
         part.unlink(missing_ok=True)
         raise KenLMToolError(
             f"{KENLM_URL}: SHA-256 {digest}, expected {KENLM_SHA256}; download refused"
         )
     part.replace(dest)
-
-
-def _sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
 
 
 def _run(cmd: list[str], cwd: Path, what: str) -> None:

@@ -150,6 +150,9 @@ class SentenceResult:
     oov: int
     # The text normaliser of the test text (KeyboardOptions.normalize).
     normalize: str = "none"
+    # Whether a space after the last word was counted (KeyboardOptions.final_space); None:
+    # not recorded (files written before it was).
+    final_space: bool | None = None
 
     def ks(self, k: int) -> float:
         """Keystroke savings of this sentence with ``k`` suggestions."""
@@ -165,27 +168,113 @@ class SentenceResult:
             "reciprocal_rank": round(self.reciprocal_rank, 6),
             "oov": self.oov,
             "normalize": self.normalize,
+            **({} if self.final_space is None else {"final_space": self.final_space}),
         }
 
     @classmethod
     def from_json(cls, obj: Any) -> SentenceResult:
+        """A record written by :meth:`to_json`; ValueError for one that no typing could give
+        (see :func:`_check_record`)."""
         if not isinstance(obj, dict):
             raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-        try:
-            return cls(
-                id=str(obj["id"]),
-                words=int(obj["words"]),
-                baseline=int(obj["baseline"]),
-                keystrokes={int(k): int(v) for k, v in obj["keystrokes"].items()},
-                hits={int(k): int(v) for k, v in obj["hits"].items()},
-                reciprocal_rank=float(obj["reciprocal_rank"]),
-                oov=int(obj["oov"]),
-                normalize=str(obj.get("normalize", "none")),  # files written before it: raw
+        missing = [k for k in _RECORD_KEYS if k not in obj]
+        if missing:
+            raise ValueError(f"missing key {missing[0]!r}")
+        final_space = obj.get("final_space")
+        if final_space is not None and not isinstance(final_space, bool):
+            raise ValueError(f"final_space: expected true or false, got {final_space!r}")
+        normalize = obj.get("normalize", "none")  # files written before it: raw text
+        if not isinstance(obj["id"], str) or not isinstance(normalize, str):
+            bad = "id" if not isinstance(obj["id"], str) else "normalize"
+            raise ValueError(f"{bad}: expected a string, got {obj[bad]!r}")
+        result = cls(
+            id=obj["id"],
+            words=_count(obj["words"], "words"),
+            baseline=_count(obj["baseline"], "baseline"),
+            keystrokes=_counts_by_k(obj["keystrokes"], "keystrokes"),
+            hits=_counts_by_k(obj["hits"], "hits"),
+            reciprocal_rank=_number(obj["reciprocal_rank"], "reciprocal_rank"),
+            oov=_count(obj["oov"], "oov"),
+            normalize=normalize,
+            final_space=final_space,
+        )
+        _check_record(result)
+        return result
+
+
+_RECORD_KEYS = ("id", "words", "baseline", "keystrokes", "hits", "reciprocal_rank", "oov")
+
+
+def _count(value: Any, name: str) -> int:
+    """A JSON integer >= 0 (not a float, a string or a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name}: expected a number >= 0, got {value}")
+    return value
+
+
+def _number(value: Any, name: str) -> float:
+    """A finite JSON number >= 0 (not a string or a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name}: expected a number >= 0, got {value}")
+    return float(value)
+
+
+def _counts_by_k(value: Any, name: str) -> dict[int, int]:
+    """``{"k": count}`` with k >= 1, sorted by k."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"{name}: expected an object of counts by k, got {value!r}")
+    out = {}
+    for key, count in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) >= 1):
+            raise ValueError(f"{name}: expected keys k >= 1, got {key!r}")
+        out[int(key)] = _count(count, f"{name}[{key}]")
+    return dict(sorted(out.items()))
+
+
+def _check_record(r: SentenceResult) -> None:
+    """ValueError for a record that typing a sentence cannot give: every word takes at least
+    one keystroke and at most its letters and space (the baseline); hits and reciprocal ranks
+    count the words in the vocabulary at most; more suggestions never cost keystrokes or lose
+    hits."""
+    if r.words < 1:
+        raise ValueError(f"words: expected at least 1, got {r.words}")
+    least = 2 * r.words - (0 if r.final_space else 1)  # one letter a word, and the spaces
+    if r.baseline < least:
+        raise ValueError(
+            f"baseline {r.baseline}: {r.words} word(s) take at least {least} keystrokes"
+        )
+    if r.oov > r.words:
+        raise ValueError(f"oov {r.oov}: more words outside the vocabulary than the {r.words} words")
+    known = r.words - r.oov
+    for k, used in r.keystrokes.items():
+        if not r.words <= used <= r.baseline:
+            raise ValueError(
+                f"keystrokes[{k}] {used}: expected between the {r.words} word(s) (one keystroke "
+                f"each at least) and the baseline {r.baseline}"
             )
-        except KeyError as err:
-            raise ValueError(f"missing key {err.args[0]!r}") from None
-        except (TypeError, ValueError, AttributeError) as err:
-            raise ValueError(f"bad value ({err})") from None
+    for k, hit in r.hits.items():
+        if hit > known:
+            raise ValueError(
+                f"hits[{k}] {hit}: more hits than the {known} word(s) in the vocabulary"
+            )
+    if r.reciprocal_rank > known + 1e-6:
+        raise ValueError(
+            f"reciprocal_rank {r.reciprocal_rank:g}: above the {known} word(s) in the vocabulary "
+            "(each adds 1/rank <= 1)"
+        )
+    for name, table, sign in (("keystrokes", r.keystrokes, -1), ("hits", r.hits, 1)):
+        ks = sorted(table)
+        for lo, hi in zip(ks, ks[1:], strict=False):
+            if sign * (table[hi] - table[lo]) < 0:
+                change = "more" if sign < 0 else "fewer"
+                raise ValueError(
+                    f"{name}: {table[hi]} at k={hi} but {table[lo]} at k={lo} (more suggestions "
+                    f"cannot give {change})"
+                )
 
 
 @dataclass(frozen=True)
@@ -360,6 +449,8 @@ def simulate_sentence(
         oov += target is None
         ranks: list[int | None] = []
         for j in range(len(word)):
+            if j > predictor.longest and len(predictor.normalise(word[:j])) > predictor.longest:
+                break  # no word of the vocabulary has this prefix: nothing to suggest from here
             t0, c0 = time.perf_counter(), time.process_time()
             if session is None:
                 session = predictor.session(context)
@@ -393,6 +484,7 @@ def simulate_sentence(
         reciprocal_rank=rr,
         oov=oov,
         normalize=options.normalize,
+        final_space=options.final_space,
     )
 
 
@@ -517,14 +609,24 @@ def write_sentence_results(path: str | Path, results: Iterable[SentenceResult]) 
 def read_sentence_results(path: str | Path) -> list[SentenceResult]:
     """Per-sentence results written by :func:`write_sentence_results`."""
     out = []
+    first: dict[str, int] = {}
     for lineno, line in read_lines(path):
         if not line.strip():
             continue
         obj = parse_json(line, path, lineno)
         try:
-            out.append(SentenceResult.from_json(obj))
+            result = SentenceResult.from_json(obj)
         except ValueError as err:
             raise InputError(f"not a per-sentence keyboard result: {err}", path, lineno) from None
+        if result.id in first:
+            raise InputError(
+                f"sentence id {result.id!r} again (first on line {first[result.id]}): expected "
+                "one result per sentence",
+                path,
+                lineno,
+            )
+        first[result.id] = lineno
+        out.append(result)
     if not out:
         raise InputError("no per-sentence results", path)
     return out
@@ -615,6 +717,13 @@ def compare_systems(
             raise InputError(
                 f"sentence {ra.id!r} was typed from text normalised with {ra.normalize!r} in A "
                 f"but {rb.normalize!r} in B: expected both runs with the same --normalize"
+            )
+        if None not in (ra.final_space, rb.final_space) and ra.final_space != rb.final_space:
+            with_a = "with" if ra.final_space else "without"
+            with_b = "with" if rb.final_space else "without"
+            raise InputError(
+                f"sentence {ra.id!r} was typed {with_a} --final-space in A but {with_b} it in B: "
+                "expected both runs with the same --final-space setting"
             )
         if ra.baseline != rb.baseline:
             raise InputError(

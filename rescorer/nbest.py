@@ -63,6 +63,10 @@ class NBestList:
     def __getitem__(self, i: int) -> Hypothesis:
         return self.hyps[i]
 
+    def head(self, k: int) -> NBestList:
+        """The list cut to its first ``k`` hypotheses (itself when it has no more)."""
+        return self if len(self.hyps) <= k else NBestList(self.utt_id, self.hyps[:k])
+
 
 class NBest(Mapping[str, NBestList]):
     """A set of N-best lists keyed by utterance id, in file order.
@@ -131,6 +135,12 @@ class NBest(Mapping[str, NBestList]):
                 )
             )
         return NBest(out, self.references)
+
+    def head(self, k: int) -> NBest:
+        """Every list cut to its first ``k`` hypotheses (SRILM's ``-max-nbest``)."""
+        if k < 1:
+            raise ValueError(f"expected at least 1 hypothesis per list, got {k}")
+        return NBest([nb.head(k) for nb in self._lists.values()], self.references)
 
     def subset(self, utt_ids: Sequence[str]) -> NBest:
         """The lists of ``utt_ids``, in that order."""

@@ -6,19 +6,23 @@ The programs are found, or built once from the kenlm source package into a user 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rescorer.core.errors import InputError, KenLMToolError
 from rescorer.core.io import check_input_file, read_lines
-from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file
+from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file, clean_stale
 from rescorer.kenlm_tools import find_program
 
 logger = logging.getLogger(__name__)
@@ -106,13 +110,87 @@ def _toolkit_flags(text: str) -> str:
     return text
 
 
+_PR_SET_PDEATHSIG = 1
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when ``parent`` dies (Linux's
+    ``PR_SET_PDEATHSIG``), so that a ``kill -9`` of a build leaves no lmplz running; None where
+    the system has no ``prctl``."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the child
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+    def setup() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the call: no signal will come
+            os._exit(1)
+
+    return setup
+
+
+class _Stopped(SystemExit):
+    """This process got SIGTERM or SIGHUP while a tool ran (exit status 128 + the signal)."""
+
+
+@contextlib.contextmanager
+def _signals_stop() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`_Stopped` meanwhile (instead of ending the process at
+    once), so that the tool is ended and the temporaries removed on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # handlers can only be set from the main thread
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise _Stopped(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Path] = ()) -> None:
+    """Run a KenLM program; it ends with this process (killed, stopped by a signal or ^C)."""
     logger.info("running: %s", " ".join(map(str, cmd)))
     stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL  # noqa: SIM115
     try:
-        proc = subprocess.run(
-            [str(c) for c in cmd], stdin=stdin, capture_output=True, text=True, check=False
-        )
+        with _signals_stop():
+            # ^C, SIGTERM and SIGHUP wait (blocked) while the child starts, so that none lands
+            # between the fork and `child` being known; the child gets the mask as it was
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+            dies_with = _dies_with(os.getpid())
+
+            def child_setup() -> None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                if dies_with is not None:
+                    dies_with()
+
+            try:
+                child = subprocess.Popen(
+                    [str(c) for c in cmd],
+                    stdin=stdin,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    preexec_fn=child_setup,
+                )
+            except BaseException:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                raise
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal lands here
+                stdout, stderr = child.communicate()
+            except BaseException:  # ^C, SIGTERM, SIGHUP: the tool goes too
+                child.kill()
+                child.wait()
+                raise
+        proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     finally:
         if stdin_path:
             stdin.close()
@@ -139,13 +217,17 @@ def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Pat
 
 def write_corpus(texts: Sequence[Path], corpus: Path) -> None:
     """The training texts as one LF-separated UTF-8 file for lmplz, read through the input
-    layer: a byte-order mark and CR line ends are normalised; binary data, UTF-16 and
-    undecodable bytes are refused with file:line, and so is a text without a word."""
+    layer: a byte-order mark and CR line ends are normalised, blank lines left out (the same
+    model with or without them); binary data, UTF-16 and undecodable bytes are refused with
+    file:line, and so is a text without a word."""
     with open(corpus, "w", encoding="utf-8", newline="\n") as dst:
         for text in texts:
             words = 0
             for _, line in read_lines(text):
-                words += len(line.split())
+                n = len(line.split())
+                if n == 0:  # a blank line is no sentence (lmplz would count "<s> </s>")
+                    continue
+                words += n
                 dst.write(line + "\n")
             if words == 0:
                 raise InputError(
@@ -167,7 +249,11 @@ def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramO
     out = Path(out)
     check_output_file(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    # Named like the output layer's temporaries, so a killed build's folder is cleaned later.
+    # Named like the output layer's temporaries, so a killed build's folder is cleaned later:
+    # here, before this build makes its own, and by any command writing in the folder.
+    clean_stale(out)
+    if options.temp_dir:
+        clean_stale(Path(options.temp_dir) / out.name)
     with tempfile.TemporaryDirectory(
         prefix=f".{out.name}.{os.getpid()}.", suffix=TEMP_SUFFIX, dir=options.temp_dir or out.parent
     ) as tmp_str:

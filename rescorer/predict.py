@@ -635,6 +635,8 @@ class Predictor:
         if not self.words:
             raise ValueError("expected a non-empty vocabulary, got none")
         self.index = PrefixIndex(self.words)
+        # Letters of the longest word: a longer prefix has no candidates.
+        self.longest = max(len(w) for w in self.words)
         self.case = vocabulary_case(self.words) if case == "auto" else case
         self._map = case_function(self.case)
         self._ids = {w: i for i, w in enumerate(self.words)}

@@ -12,6 +12,9 @@ import pytest
 from rescorer.core.data import default_data_dir
 from rescorer.core.runtime import THREADS_ENV
 
+# The bad-input suite's cases by class (@pytest.mark.bad_input), counted in the summary.
+pytest_plugins = ["tests.bad_input_classes"]
+
 # CLI invocations in tests leave torch's thread count alone (the CLI's default is "auto"): the
 # tests of --threads pass it explicitly.
 os.environ.setdefault(THREADS_ENV, "default")

@@ -90,6 +90,7 @@ def context() -> None:
 def context_build(
     nbest_path: Path,
     fmt: str,
+    max_nbest: int | None,
     previous: int,
     group_by: str,
     source: str,
@@ -111,7 +112,7 @@ def context_build(
       rescorer context build --nbest DEV --from rescored/1best.txt --out dev.ctx2.jsonl
       rescorer context build --nbest DEV --previous 3 --cache 100 --out dev.both.jsonl
     """
-    nbest = load_nbest(nbest_path, fmt)
+    nbest = load_nbest(nbest_path, fmt, max_nbest=max_nbest)
     if source == FIRST_PASS:
         texts = {u: nb[0].words if len(nb) else () for u, nb in nbest.items()}
         text_path = nbest_path
@@ -182,10 +183,31 @@ def context_vectors(
     """
     from rescorer.lms.torch import TorchLM  # torch: imported here
 
+    if not field.strip():
+        raise click.BadParameter(
+            f"expected a field name, got an empty one ({field!r})", param_hint="--field"
+        )
     contexts = read_contexts(context_path)
     if not contexts:
         raise InputFailure(f"{context_path}: no context records")
     lm = TorchLM(model_dir, device=device)
+    # The vectors' field must be a new name: one the model reads (or the records hold) would
+    # be read as that field by the models given this file as --context.
+    config = lm.model.config
+    variables = {v.name for v in getattr(config, "context_vars", ())}
+    variables |= {config.history} if getattr(config, "history", "") else set()
+    if field in variables:
+        raise InputFailure(
+            f"--field {field}: the name of a context variable of {model_dir}; expected a new "
+            f"field name for the vectors (default {VECTOR_FIELD})"
+        )
+    holder = next((utt for utt, record in contexts.items() if field in record), None)
+    if holder is not None:
+        raise InputError(
+            f"--field {field}: the records already have a field {field!r} (utterance {holder}); "
+            f"expected a new field name for the vectors (default {VECTOR_FIELD})",
+            context_path,
+        )
     ids = list(contexts)
     vectors = lm.context_vectors([contexts[u] for u in ids])
     with atomic_write(out_path) as f:

@@ -18,6 +18,7 @@ from rescorer.cli.options import (
     load_noise_words,
     load_refs,
     load_speakers,
+    max_nbest_option,
     noise_words_option,
     normalize_option,
     normalized_label,
@@ -113,7 +114,14 @@ def write_alignments(
 )
 @click.option("--nbest", "nbest_path", type=EXISTING, help="Score the first hypothesis of lists.")
 @click.option("--format", "fmt", type=FORMAT_CHOICE, default="auto", show_default=True)
-@click.option("--oracle", "with_oracle", is_flag=True, help="Also the oracle WER of the lists.")
+@max_nbest_option
+@click.option(
+    "--oracle",
+    "with_oracle",
+    is_flag=True,
+    help="Also the oracle WER of the lists: the fewest errors any choice from each list gives, "
+    "labelled with the K of the K-best lists (the longest list, after --max-nbest).",
+)
 @click.option(
     "--compare",
     "compare_path",
@@ -152,6 +160,7 @@ def wer(
     hyp_format: str,
     nbest_path: Path | None,
     fmt: str,
+    max_nbest: int | None,
     with_oracle: bool,
     compare_path: Path | None,
     utt2spk: Path | None,
@@ -172,6 +181,7 @@ def wer(
     Examples:
       rescorer wer --ref DEV/references/ref_wer.trn --hyp DEV/raw_hypotheses/1best_recog/text
       rescorer wer --ref DEV/references/ref_wer.trn --nbest DEV --oracle
+      rescorer wer --ref DEV/references/ref_wer.trn --nbest DEV --oracle --max-nbest 10
       rescorer wer --nbest hyporadise_test.json --oracle --normalize english
       rescorer wer --ref REF.trn --hyp hyp.trn --align hyp.pra
       rescorer wer --ref REF.trn --hyp A.txt --compare B.txt
@@ -181,6 +191,8 @@ def wer(
         raise click.UsageError("give exactly one of --hyp or --nbest")
     if with_oracle and nbest_path is None:
         raise click.UsageError("--oracle needs --nbest")
+    if max_nbest is not None and nbest_path is None:
+        raise click.UsageError("--max-nbest goes with --nbest")
     if with_oracle and cer:
         raise click.UsageError("--oracle is computed on words; drop --cer")
     unit = "char" if cer else "word"
@@ -194,7 +206,7 @@ def wer(
         label = str(hyp_path)
     else:
         assert nbest_path is not None
-        source = open_source(nbest_path, fmt)
+        source = open_source(nbest_path, fmt, max_nbest=max_nbest)
         raw = resolve_refs(ref_path, ref_format, source, nbest_path, allow_extra=allow_extra_refs)
         assert raw is not None  # required
         refs = noise.mapping(normalizer.mapping(raw))

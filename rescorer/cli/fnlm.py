@@ -199,6 +199,13 @@ def mix_weights(
     """
     if len(lm_specs) < 2:
         raise click.UsageError("give at least two --lm components to mix")
+    names = [spec.name for spec in lm_specs]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # the mixture file and the report name the components by it
+        raise InputFailure(
+            f"--lm: two components named {twice!r}; expected a NAME of its own for each "
+            "(--lm NAME=KIND:PATH)"
+        )
     sentences = list(read_text_sentences(text_path, text_format).values())
     options = {} if device is None else {"device": device}
     columns, keep = [], None

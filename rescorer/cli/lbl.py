@@ -17,6 +17,7 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     MODEL_DIR,
     OUT_FILE,
+    POSITIVE,
     SEED,
     InputFailure,
     config_trainer_options,
@@ -126,7 +127,7 @@ def lbl_train(
 )
 @click.option("--attribute", required=True, help="The attribute whose vector is inferred.")
 @click.option("--steps", type=click.IntRange(min=0), default=50, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=0.05, show_default=True)
+@click.option("--lr", type=POSITIVE, default=0.05, show_default=True)
 @click.option(
     "--max-tokens",
     type=click.IntRange(min=1),
@@ -160,6 +161,7 @@ def lbl_infer(
     from rescorer.lm_models.corpora import read_jsonl
     from rescorer.lm_models.lbl.model import load_lbl
     from rescorer.lm_models.lbl.train import (
+        InferenceDiverged,
         InferenceOptions,
         encode_documents,
         infer_attributes,
@@ -186,7 +188,10 @@ def lbl_infer(
     if not docs:
         raise InputFailure(f"{text_path}: no documents")
     rows = limit_rows(encode_documents(cfg, vocab, docs, {attribute: None}), max_tokens)
-    result = infer_attributes(model, rows, attribute, InferenceOptions(steps=steps, lr=lr))
+    try:
+        result = infer_attributes(model, rows, attribute, InferenceOptions(steps=steps, lr=lr))
+    except InferenceDiverged as err:
+        raise InputFailure(f"--lr {lr:g}: {err}; give a smaller --lr") from None
     table = model.attribute_table(a).detach().cpu()
     vecs = torch.from_numpy(result.vectors).float()
     cos = torch.nn.functional.normalize(vecs, dim=1) @ torch.nn.functional.normalize(table, dim=1).T
@@ -224,7 +229,8 @@ def lbl_infer(
 # -- lbl-similar ----------------------------------------------------------------------------------
 
 
-def _read_queries(path: Path) -> list[str]:
+def _read_queries(path: Path) -> list[tuple[str, int]]:
+    """The query words of ``path`` with their line numbers."""
     words = []
     for lineno, line in read_lines(path):
         parts = line.split()
@@ -232,7 +238,7 @@ def _read_queries(path: Path) -> list[str]:
             continue
         if len(parts) != 1:
             raise InputError(f"expected one word per line, got {line.strip()!r}", path, lineno)
-        words.append(parts[0])
+        words.append((parts[0], lineno))
     if not words:
         raise InputError("no query words", path)
     return words
@@ -270,20 +276,25 @@ def lbl_similar(
     from rescorer.lm_models.lbl.train import conditional_neighbours
 
     model, vocab = load_lbl(model_dir)
-    queries = list(words) + (_read_queries(queries_path) if queries_path else [])
+    # (word, line of --queries or None for --word)
+    queries: list[tuple[str, int | None]] = [(w, None) for w in words]
+    queries += _read_queries(queries_path) if queries_path else []
     if not queries:
         raise click.UsageError("give --word or --queries")
     x_a = _vector(model, [_record(a_text, "--a")], "--a")
     x_b = _vector(model, [_record(b_text, "--b")], "--b")
     if model.config.lower:
-        queries = [q.lower() for q in queries]
-    click.echo(f"query\tcommon\tunique to {a_text}\tunique to {b_text}")
-    for q in queries:
+        queries = [(q.lower(), line) for q, line in queries]
+    rows = []  # every query is checked before the table is printed
+    for q, line in queries:
         try:
-            nb = conditional_neighbours(model, vocab, q, x_a, x_b, top, show)
+            rows.append((q, conditional_neighbours(model, vocab, q, x_a, x_b, top, show)))
         except ValueError as err:
-            where = f"{queries_path}: " if queries_path and q not in words else ""
-            raise click.BadParameter(f"{where}{err}", param_hint="--word/--queries") from None
+            if line is None:  # an option's value
+                raise click.BadParameter(str(err), param_hint="--word") from None
+            raise InputError(str(err), queries_path, line) from None
+    click.echo(f"query\tcommon\tunique to {a_text}\tunique to {b_text}")
+    for q, nb in rows:
         click.echo(
             f"{q}\t{' '.join(nb.common) or '-'}\t{' '.join(nb.unique_a) or '-'}\t"
             f"{' '.join(nb.unique_b) or '-'}"
@@ -304,7 +315,7 @@ def lbl_similar(
 )
 @click.option("-n", "num", type=click.IntRange(min=1), default=3, show_default=True)
 @click.option("--max-words", type=click.IntRange(min=1), default=40, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0, min_open=True), default=1.0)
+@click.option("--temperature", type=POSITIVE, default=1.0)
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @handle_errors
 def lbl_sample(

@@ -22,6 +22,7 @@ import logging
 import os
 
 import click
+from click.core import ParameterSource
 
 from rescorer.core import runtime
 
@@ -88,7 +89,7 @@ class LazyGroup(click.Group):
     metavar="auto|default|N",
     help="CPU threads for torch models and ONNX Runtime sessions: auto takes the cores idle "
     "now (cores less the load average), default leaves the libraries' own choice "
-    f"(also ${runtime.THREADS_ENV}).",
+    f"(also ${runtime.THREADS_ENV}). Not given: auto, but 1 for tune --method risk (faster).",
 )
 def main(verbose: int, quiet: bool, threads: str) -> None:
     """N-best rescoring with n-gram and neural language models."""
@@ -101,7 +102,11 @@ def main(verbose: int, quiet: bool, threads: str) -> None:
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--threads") from None
     keep = os.environ.get(runtime.ALLOCATOR_ENV, "keep") != "system"
-    runtime.configure(runtime.RuntimeOptions(threads=count, keep_freed_memory=keep))
+    source = click.get_current_context().get_parameter_source("threads")
+    given = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    runtime.configure(
+        runtime.RuntimeOptions(threads=count, keep_freed_memory=keep, threads_given=given)
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

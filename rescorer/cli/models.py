@@ -7,7 +7,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -36,6 +36,9 @@ from rescorer.export.format import VECTOR_KINDS
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LMSpec
 from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
+
+if TYPE_CHECKING:
+    from rescorer.lm_models.lstm.model import ContextLSTM
 
 logger = logging.getLogger(__name__)
 
@@ -353,6 +356,26 @@ def train_cmd(
 
 # -- classify and inspect (context-aware neural models) ------------------------------------------
 
+# The commands of the other families' checkpoints, for the one line that refuses them here.
+_FAMILY_COMMANDS = {"LBL": "lbl-", "FNLM": "fnlm-", "CUEModel": "cue-", "SentenceLM": "cue-"}
+
+
+def _require_context_lstm(model: object, path: Path, command: str) -> ContextLSTM:
+    """``model`` when it is a context LSTM, else InputError (one line, naming ``path``)."""
+    from rescorer.lm_models.lstm.model import ContextLSTM
+
+    if isinstance(model, ContextLSTM):
+        return model
+    kind = type(model).__name__
+    theirs = _FAMILY_COMMANDS.get(kind)
+    hint = f"; its family's commands are rescorer {theirs}*" if theirs else ""
+    raise InputError(
+        f"a {kind} checkpoint: `{command}` takes a context LSTM's (rescorer train, model.arch "
+        f"lstm){hint}",
+        path,
+    )
+
+
 lstm_model_option = click.option(
     "--model",
     "model_dir",
@@ -392,7 +415,8 @@ def classify(model_dir: Path, docs_path: Path, field: str, device: str) -> None:
     from rescorer.lm_models.lstm.inspect import context_values
     from rescorer.lm_models.vocab import Vocabulary
 
-    model, tokens, _ = load_checkpoint(model_dir, device=device)
+    loaded, tokens, _ = load_checkpoint(model_dir, device=device)
+    model = _require_context_lstm(loaded, model_dir, "classify")
     values = context_values(model, field)
     docs = read_jsonl(docs_path)
     if not docs:
@@ -434,7 +458,8 @@ def inspect_cmd(model_dir: Path, field: str, top: int, pca_path: Path | None) ->
         top_boosted_words,
     )
 
-    model, tokens, _ = load_checkpoint(model_dir)
+    loaded, tokens, _ = load_checkpoint(model_dir)
+    model = _require_context_lstm(loaded, model_dir, "inspect")
     for value, words in top_boosted_words(model, tokens, field, top).items():
         click.echo(f"{value}: " + " ".join(w for w, _ in words))
     if model.config.mode in ("concat", "factor"):
@@ -593,7 +618,12 @@ def export_cmd(
     record = _context_pairs(context_pairs)
     model, tokens, _ = load_checkpoint(checkpoint)
     if not isinstance(model, ContextLSTM):
-        raise click.UsageError(f"{checkpoint}: a {type(model).__name__}; export takes ContextLSTM")
+        other = {"LBL": "lbl-export", "CUEModel": "cue-export"}.get(type(model).__name__)
+        raise InputError(
+            f"a {type(model).__name__} checkpoint: `export` takes a context LSTM's (rescorer "
+            "train)" + (f"; export this one with rescorer {other}" if other else ""),
+            checkpoint,
+        )
     asr = checkpoint_asr_tokens(checkpoint) if kind in DECODER_KINDS else None
     if tokens_path is not None:
         given = read_tokens_txt(tokens_path)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from rescorer.core.constants import OOV_SUFFIX
+from rescorer.core.constants import OOV_SUFFIX, RANK_DEFINITION, RANK_FEATURE
 from rescorer.core.errors import (
     FileError,
     InputError,
@@ -64,14 +64,6 @@ class InputFailure(click.ClickException):
     exit_code = 2
 
 
-def _is_output(param: click.Parameter) -> bool:
-    """A parameter naming a path the command writes: an :class:`OutputPath`, or a plain
-    ``click.Path`` option named ``--out`` (``train``'s, ``convert``'s)."""
-    if isinstance(param.type, OutputPath):
-        return True
-    return isinstance(param.type, click.Path) and param.name is not None and "out" in param.name
-
-
 def _is_input(param: click.Parameter) -> bool:
     """A parameter naming a path the command reads (a file, a folder, a model spec's path, a
     score folder)."""
@@ -86,7 +78,8 @@ def outputs_and_inputs(
     """The parameters of ``command`` that name paths it writes, and those naming paths it
     reads."""
     params = command.params
-    return [p for p in params if _is_output(p)], [p for p in params if _is_input(p)]
+    outputs = [p for p in params if isinstance(p.type, OutputPath)]
+    return outputs, [p for p in params if _is_input(p)]
 
 
 def _paths(value: Any) -> list[Path]:
@@ -377,6 +370,21 @@ SEED = click.IntRange(0, 2**32 - 1)
 """A random seed: what numpy's and torch's generators take (0 .. 2**32 - 1), checked where it
 is given so that the error names the option."""
 
+
+class FiniteFloatRange(click.FloatRange):
+    """A :class:`click.FloatRange` that refuses ``nan`` and infinities (``nan`` compares as
+    inside any range, ``inf`` inside any range without a maximum)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"expected a finite number, got {value!r}", param, ctx)
+        return number
+
+
+POSITIVE = FiniteFloatRange(min=0, min_open=True)
+"""A finite number > 0 (a learning rate, a temperature, a scale)."""
+
 TEXT_FORMATS = ("plain", "kaldi", "trn")
 """Formats of a text to score: words only, Kaldi ``uttid words``, sclite trn."""
 
@@ -422,7 +430,23 @@ def read_text_sentences(path: Path, text_format: str) -> dict[str, tuple[str, ..
     return sentences
 
 
+def max_nbest_option(fn: F) -> F:
+    """``--max-nbest K``: only the first K hypotheses of each list are read (SRILM's
+    ``-max-nbest``); part of :func:`nbest_options`, so every command that reads lists has it."""
+    return click.option(
+        "--max-nbest",
+        "max_nbest",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="K",
+        help="Keep only the first K hypotheses of each list as it is read (SRILM's "
+        "-max-nbest; --extra-scores folders still hold a line per hypothesis of the whole "
+        "list). Default: every hypothesis.",
+    )(fn)
+
+
 def nbest_options(fn: F) -> F:
+    fn = max_nbest_option(fn)
     fn = click.option(
         "--format",
         "fmt",
@@ -439,6 +463,85 @@ def nbest_options(fn: F) -> F:
         help="N-best lists: an ESPnet set folder, SRILM file/folder/list, Kaldi folder, "
         "JSON or JSONL file.",
     )(fn)
+
+
+RANK_WHEN_UNSCORED = (
+    "when the lists carry no score (HyPoradise files often hold none; --extra-scores count as "
+    "scores)"
+)
+"""When ``score`` adds the feature ``rank`` by default (:func:`rank_option`)."""
+
+
+def rank_option(when: str) -> Callable[[F], F]:
+    """``--rank/--no-rank``: the lists' order as the feature ``rank`` (:class:`ListOrder`),
+    added by default ``when`` (the command's rule, for its help)."""
+    return click.option(
+        "--rank/--no-rank",
+        "rank",
+        default=None,
+        help=f"The lists' order as the feature {RANK_FEATURE!r} ({RANK_DEFINITION}, 0 for "
+        f"each first hypothesis). Default: added {when}. --rank: always; --no-rank: never.",
+    )
+
+
+class ListOrder:
+    """Whether the lists' order becomes the feature ``rank`` (:func:`rank_option`), decided on
+    the first chunk of lists read and kept for the others, and that feature added to each.
+
+    ``choice``: True (``--rank``), False (``--no-rank``) or None: added when ``wanted`` (the
+    weights' or ``--features``' names) holds it and the lists do not, or, when ``wanted`` is
+    None (every feature there is), when the lists carry no score at all. A ``rank`` of the
+    lists' own is used as it is. ``lm_specs``: the ``--lm`` models, whose feature names may not
+    take it.
+    """
+
+    def __init__(
+        self,
+        choice: bool | None,
+        wanted: Sequence[str] | None = None,
+        lm_specs: Sequence[LMSpec] = (),
+        lm_oov: bool = False,
+    ) -> None:
+        self.choice = choice
+        self.wanted = None if wanted is None else tuple(wanted)
+        self.lm_names = {s.name for s in lm_specs} | (
+            {s.name + OOV_SUFFIX for s in lm_specs} if lm_oov else set()
+        )
+        self.added: bool | None = None  # None until the first chunk
+
+    def _decide(self, chunk: NBest) -> bool:
+        have = chunk.score_names()
+        unscored = False
+        if self.choice is False:
+            return False
+        if self.choice is None:
+            if RANK_FEATURE in have:
+                return False
+            unscored = self.wanted is None and not have
+            if not unscored and (self.wanted is None or RANK_FEATURE not in self.wanted):
+                return False
+        if RANK_FEATURE in self.lm_names:
+            raise InputFailure(
+                f"--lm {RANK_FEATURE}=...: {RANK_FEATURE!r} is the feature of the lists' order "
+                "here; name the model otherwise, or give --no-rank"
+            )
+        if unscored and not quiet():
+            from tqdm import tqdm  # a line of its own beside a model's progress bar
+
+            tqdm.write(
+                f"the lists carry no score: their order is the feature {RANK_FEATURE!r} "
+                f"({RANK_DEFINITION}); --no-rank leaves it out",
+                file=sys.stderr,
+            )
+        return True
+
+    def apply(self, chunk: NBest) -> NBest:
+        """``chunk`` with the feature ``rank`` when it is added (before any reranking)."""
+        from rescorer.features import add_rank_feature
+
+        if self.added is None:
+            self.added = self._decide(chunk)
+        return add_rank_feature(chunk) if self.added else chunk
 
 
 ALLOW_EXTRA_REFS_HELP = (
@@ -650,26 +753,33 @@ def load_contexts(
     return contexts
 
 
-def load_nbest(path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = ()) -> NBest:
+def load_nbest(
+    path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = (), max_nbest: int | None = None
+) -> NBest:
     """The N-best lists of ``--nbest`` (format detected for ``auto``), with the features of
-    any ``--extra-scores`` folders added."""
+    any ``--extra-scores`` folders added, then cut to their first ``max_nbest`` hypotheses."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     nbest = read_nbest(path, fmt)
     if len(nbest) == 0:
         raise InputError("no N-best lists in it", path)
     logger.info("read %r from %s (%s)", nbest, path, fmt)
-    return add_score_dirs(nbest, extra_scores) if extra_scores else nbest
+    if extra_scores:  # a score folder has a line per hypothesis of the whole list
+        nbest = add_score_dirs(nbest, extra_scores)
+    return nbest if max_nbest is None else nbest.head(max_nbest)
 
 
-def open_source(path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = ()) -> NBestSource:
+def open_source(
+    path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = (), max_nbest: int | None = None
+) -> NBestSource:
     """The N-best set of ``--nbest`` to be read in chunks (:mod:`rescorer.formats.source`): a
-    JSONL file lazily, anything else (or a set with ``--extra-scores`` folders) whole."""
+    JSONL file lazily, anything else (or a set with ``--extra-scores`` folders) whole; each
+    list cut to its first ``max_nbest`` hypotheses (``--max-nbest``) as it is read."""
     from rescorer.formats.source import NBestSource, open_nbest
 
     fmt = detect_format(path) if fmt == "auto" else fmt
     if extra_scores:
-        return NBestSource.of(load_nbest(path, fmt, extra_scores), path, fmt)
-    source = open_nbest(path, fmt)
+        return NBestSource.of(load_nbest(path, fmt, extra_scores, max_nbest), path, fmt)
+    source = open_nbest(path, fmt).head(max_nbest)
     if len(source) == 0:
         raise InputError("no N-best lists in it", path)
     logger.info(

@@ -12,8 +12,10 @@ from rescorer.cli.options import (
     EXISTING_FILE,
     OUT_DIR,
     OUT_PATH,
+    RANK_WHEN_UNSCORED,
     SEED,
     CommaList,
+    ListOrder,
     NumberList,
     allow_extra_refs_option,
     check_feature_names,
@@ -34,10 +36,13 @@ from rescorer.cli.options import (
     open_source,
     out_option,
     quiet,
+    rank_option,
     ref_options,
     resolve_refs,
 )
 from rescorer.combine import Weights, one_best, rerank
+from rescorer.core.constants import RANK_DEFINITION, RANK_FEATURE
+from rescorer.core.errors import InputError
 from rescorer.core.output import atomic_dir, atomic_write, check_output_dir, check_output_file
 from rescorer.formats import FILE_FORMATS, WRITERS, write_nbest
 from rescorer.formats.json_formats import write_jsonl_lines
@@ -68,11 +73,16 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 @ref_options(required=False)
 @lm_options
 @context_options
+@rank_option(
+    f"{RANK_WHEN_UNSCORED} and no --features are named (it is then the first feature, the "
+    "anchor), or when --features name it and the lists lack it"
+)
 @click.option(
     "--features",
     type=CommaList(),
     default=None,
-    help="Score columns and LM names to combine (default: all of them).",
+    help="Score columns and LM names to combine (default: all of them, the lists' order "
+    "'rank' first when it is added).",
 )
 @click.option(
     "--length/--no-length", default=True, show_default=True, help="Tune a word-count weight."
@@ -129,6 +139,7 @@ RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
 def tune_cmd(
     nbest_path: Path,
     fmt: str,
+    max_nbest: int | None,
     extra_scores: tuple[ScoreDir, ...],
     ref_path: Path | None,
     ref_format: str,
@@ -136,6 +147,7 @@ def tune_cmd(
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
+    rank: bool | None,
     features: tuple[str, ...] | None,
     length: bool,
     anchor: str | None,
@@ -159,6 +171,11 @@ def tune_cmd(
     corpus word errors of the selected hypotheses; -v logs the search trace. References come
     from --ref, else from the N-best file itself (json, jsonl, hyporadise).
 
+    "initial" is the errors of the lists' own order (their first hypotheses); tuned weights
+    that make more errors than it on this set are a warning. Lists without any score get
+    their order as the feature 'rank' (--rank/--no-rank), which is then the anchor: the search
+    starts from the list order.
+
     \b
     Example:
       rescorer tune --nbest DEV --ref DEV/references/ref_wer.trn \\
@@ -167,12 +184,13 @@ def tune_cmd(
           --features decoder,ctc,lm --objective posterior --out weights.json
       rescorer tune --nbest NBEST_DIR --format srilm3 --ref refs.txt \\
           --extra-scores pron=PRON_DIR --features acoustic,lm,pron --out weights.json
+      rescorer tune --nbest unscored.json --lm kenlm:4gram.bin --out weights.json
     """
     if posterior_scales is not None and objective != "posterior":
         raise click.UsageError("--posterior-scales goes with --objective posterior")
     check_feature_names(extra_scores, lm_specs, lm_oov)
     noise = load_noise_words(noise_path)
-    source = open_source(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores, max_nbest)
     refs = resolve_refs(ref_path, ref_format, source, nbest_path, allow_extra=allow_extra_refs)
     assert refs is not None  # required
     refs = normalizer.mapping(refs)
@@ -184,6 +202,7 @@ def tune_cmd(
     # search needs the lists themselves, so with --objective posterior they are kept too.
     kept: list[NBest] = []
     data: TuningSet | None = None
+    order = ListOrder(rank, features, lm_specs, lm_oov)
     job = ScoringJob(tuple(lm_specs), lm_case, lm_oov, device) if lm_specs else None
     with (
         Scorer(job, not quiet(), source.num_hyps(), echo_lm_report)
@@ -191,7 +210,7 @@ def tune_cmd(
         else contextlib.nullcontext() as scorer
     ):
         for chunk in source.chunks():
-            chunk = normalizer.nbest(chunk)
+            chunk = order.apply(normalizer.nbest(chunk))
             if scorer is not None:
                 chunk = scorer.score(chunk, contexts)
             if data is None:
@@ -223,6 +242,10 @@ def tune_cmd(
     }
     if extra_scores:
         meta["extra_scores"] = {d.name: str(d.folder) for d in extra_scores}
+    if order.added and RANK_FEATURE in result.weights.features:
+        meta["rank"] = RANK_DEFINITION  # rescore adds the same feature to the lists
+    if max_nbest is not None:
+        meta["max_nbest"] = max_nbest
     if not noise.is_empty:
         meta["noise_words"] = noise.source
     search = None
@@ -246,7 +269,7 @@ def tune_cmd(
     )
     weights.save(out_path)
     tag = normalized_label(normalizer, noise)
-    click.echo(
+    click.echo(  # the lists' own order, their first hypotheses
         f"initial %WER {100 * result.initial_errors / max(result.ref_words, 1):.2f} "
         f"[ {result.initial_errors} / {result.ref_words} ]{tag}"
     )
@@ -279,6 +302,7 @@ def tune_cmd(
 @ref_options(required=False)
 @lm_options
 @context_options
+@rank_option("when the weights name it and the lists lack it")
 @click.option(
     "--weights",
     "weights_path",
@@ -317,6 +341,7 @@ def tune_cmd(
 def rescore(
     nbest_path: Path,
     fmt: str,
+    max_nbest: int | None,
     extra_scores: tuple[ScoreDir, ...],
     ref_path: Path | None,
     ref_format: str,
@@ -324,6 +349,7 @@ def rescore(
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
+    rank: bool | None,
     weights_path: Path,
     out_dir: Path,
     utt2spk: Path | None,
@@ -344,6 +370,9 @@ def rescore(
     With --objective posterior the lists are sorted by expected word errors and hold the
     posterior and expected errors of every hypothesis (mbr_posterior, mbr_expected_errors);
     the WER of the top-score choice is printed beside the posterior one.
+
+    The lists' order is the feature 'rank' when the weights name it, computed from the
+    positions as read (--rank/--no-rank).
 
     \b
     Example:
@@ -372,7 +401,7 @@ def rescore(
         )
     check_feature_names(extra_scores, lm_specs, lm_oov)
     noise = load_noise_words(noise_path)
-    source = open_source(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores, max_nbest)
     refs = resolve_refs(
         ref_path, ref_format, source, nbest_path, required=False, allow_extra=allow_extra_refs
     )
@@ -389,6 +418,7 @@ def rescore(
         )
     speakers = load_speakers(utt2spk, list(source), nbest_path) if refs is not None else None
     contexts = load_contexts(context_path, list(source), nbest_path)
+    order = ListOrder(rank, weights.names, lm_specs, lm_oov)
     firsts: dict[str, tuple[str, ...]] = {}  # first-pass, rescored and top-score 1-best
     best: dict[str, tuple[str, ...]] = {}
     top: dict[str, tuple[str, ...]] = {}
@@ -402,14 +432,15 @@ def rescore(
         atomic_write(tmp / "1best.txt") as text_out,
     ):  # fmt: skip
         for chunk in source.chunks():  # a chunk at a time: flat memory for a JSONL set
-            chunk = normalizer.nbest(chunk)
+            chunk = order.apply(normalizer.nbest(chunk))
             if scorer is not None:
                 chunk = scorer.score(chunk, contexts)
             missing = [n for n in weights.names if n not in chunk.score_names()]
-            if missing:
-                raise click.UsageError(
-                    f"weights name feature(s) {missing} that neither the N-best lists, the --lm "
-                    f"models nor --extra-scores provide (have: {list(chunk.score_names())})"
+            if missing:  # the weights and the lists disagree: a data error, not a usage one
+                raise InputError(
+                    f"the weights name feature(s) {missing} that neither the N-best lists, the "
+                    f"--lm models nor --extra-scores provide (have: {list(chunk.score_names())})",
+                    weights_path,
                 )
             reranked = rerank(chunk, weights)
             firsts.update(one_best(chunk))
@@ -465,6 +496,7 @@ class ShardType(click.ParamType):
 @extra_scores_option
 @lm_options
 @context_options
+@rank_option(RANK_WHEN_UNSCORED)
 @ref_options(required=False)
 @out_option("Where to write the lists with the new features (JSONL).", required=True)
 @normalize_option
@@ -498,12 +530,14 @@ class ShardType(click.ParamType):
 def score(
     nbest_path: Path,
     fmt: str,
+    max_nbest: int | None,
     extra_scores: tuple[ScoreDir, ...],
     lm_specs: tuple[LMSpec, ...],
     lm_case: str,
     lm_oov: bool,
     context_path: Path | None,
     device: str | None,
+    rank: bool | None,
     ref_path: Path | None,
     ref_format: str,
     allow_extra_refs: bool,
@@ -517,7 +551,8 @@ def score(
 
     Slow models are then run once: `tune` and `rescore` read the JSONL with the features in it
     and need no --lm (nor --ref: the references, --ref or the lists' own, are written into it).
-    With --normalize the models score the normalised text, and the JSONL holds it.
+    With --normalize the models score the normalised text, and the JSONL holds it. Lists
+    without any score get their order as the feature 'rank' too (--rank/--no-rank).
 
     Large sets are scored in parts (docs/guide/scale.md): --shard K/N here and there and
     `rescorer merge`; --ray on a Ray cluster; or under torchrun, where each process scores its
@@ -546,7 +581,7 @@ def score(
     if shards is not None and ray_address is None:
         raise click.UsageError("--shards goes with --ray (--shard K/N scores one shard)")
     check_feature_names(extra_scores, lm_specs, lm_oov)
-    source = open_source(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores, max_nbest)
     refs = (
         load_refs(ref_path, ref_format, list(source), nbest_path, allow_extra_refs)
         if ref_path
@@ -555,9 +590,10 @@ def score(
     refs = None if refs is None else normalizer.mapping(refs)
     contexts = load_contexts(context_path, list(source), nbest_path)
     job = ScoringJob(lm_specs, lm_case, lm_oov, device)
+    order = ListOrder(rank, None, lm_specs, lm_oov)
     names: tuple[str, ...] = ()
     if ray_address is not None or torchrun:  # the whole set, cut into shards there
-        nbest = normalizer.nbest(source.load())
+        nbest = order.apply(normalizer.nbest(source.load()))
         if ray_address is not None:
             address = None if ray_address == "local" else ray_address
             nbest, reports = score_on_ray(
@@ -591,7 +627,7 @@ def score(
                     chunk = chunk.subset([u for u in chunk if shard.holds(u)])
                     if not len(chunk):
                         continue
-                scored = scorer.score(normalizer.nbest(chunk), contexts)
+                scored = scorer.score(order.apply(normalizer.nbest(chunk)), contexts)
                 write_jsonl_lines(NBest(list(scored.values()), chunk_refs(refs, scored)), out)
                 lists += len(scored)
                 names = scored.score_names()
@@ -663,6 +699,7 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
 def convert(
     nbest_path: Path,
     fmt: str,
+    max_nbest: int | None,
     extra_scores: tuple[ScoreDir, ...],
     to_fmt: str,
     out_path: Path,
@@ -677,9 +714,10 @@ def convert(
     Examples:
       rescorer convert --nbest DEV --to jsonl --out dev.jsonl
       rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
+      rescorer convert --nbest big.nbest --max-nbest 100 --to jsonl --out top100.jsonl
     """
     (check_output_file if to_fmt in FILE_FORMATS else check_output_dir)(out_path)
-    source = open_source(nbest_path, fmt, extra_scores)
+    source = open_source(nbest_path, fmt, extra_scores, max_nbest)
     refs = source.references
     if ref_path is not None:
         if to_fmt not in ("json", "jsonl", "hyporadise"):

@@ -24,6 +24,12 @@ TOTAL_SCORE = "total"
 RESERVED_FEATURES = (TOTAL_SCORE, LENGTH_FEATURE)
 # Suffix of the OOV-count feature added beside an LM's score ("4gram" -> "4gram_oov").
 OOV_SUFFIX = "_oov"
+# Name of the list-order feature (rescorer.features.add_rank_feature): what the first pass left
+# of its ranking when the lists carry no score.
+RANK_FEATURE = "rank"
+# Its value for the hypothesis at 0-based `position` in its list, in words (the weights' meta,
+# --help); rescorer.features.rank_values computes it.
+RANK_DEFINITION = "-log(1 + position)"
 
 # Hypotheses per chunk when commands stream an N-best set (rescorer.formats.source): whole
 # lists are read, scored and written a chunk at a time, so a command's memory is that of a chunk

@@ -3,7 +3,10 @@
 What is accepted and what is refused (an :class:`~rescorer.core.errors.InputError` naming the
 file and, where there is one, the line):
 
-* UTF-8 text, ``.gz`` compressed or not. A UTF-8 byte-order mark at the start is dropped.
+* UTF-8 text, ``.gz`` compressed or not. A UTF-8 byte-order mark at the start is dropped, and
+  so is U+FEFF anywhere else (the same character: a mark repeated by a tool, files joined with
+  ``cat``, or a zero-width no-break space before a word), so that such a file reads as the same
+  words as its clean twin instead of ``\ufeffWORD``.
 * Line ends ``\\n``, ``\\r\\n`` and a lone ``\\r`` (old Mac files) all end a line, so a CRLF or
   CR-only file gives the same lines, numbered the same way, as its LF twin.
 * Refused: undecodable bytes (latin-1, binary data), a NUL byte (binary data, UTF-16 or UTF-32
@@ -17,6 +20,7 @@ Outputs are written by :mod:`rescorer.core.output`.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import stat
 import zlib
@@ -83,7 +87,11 @@ def _reason(err: BaseException) -> str:
     return getattr(err, "strerror", None) or str(err)
 
 
+_ZWNBSP = "\ufeff"  # what a UTF-8 byte-order mark decodes to
+
+
 def _decode(raw: bytes, path: Path, lineno: int) -> str:
+    """One raw line as text (U+FEFF dropped), or InputError naming the line."""
     if b"\x00" in raw:
         raise InputError(
             "not UTF-8 text: expected UTF-8, found a NUL byte (binary data, or UTF-16/UTF-32 text)",
@@ -91,7 +99,7 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
             lineno,
         )
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         byte = raw[err.start]
         raise InputError(
@@ -100,6 +108,7 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
             path,
             lineno,
         ) from None
+    return text.replace(_ZWNBSP, "") if _ZWNBSP in text else text
 
 
 def _first_line(raw: bytes, path: Path) -> bytes:
@@ -204,9 +213,10 @@ def _whole_text(path: Path) -> str | None:
     elif any(raw.startswith(mark) for mark, _ in _WIDE_BOMS):
         return None
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None
+    return text.replace(_ZWNBSP, "") if _ZWNBSP in text else text
 
 
 def _split_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -246,3 +256,12 @@ def read_tokens(path: str | Path) -> list[str]:
 def read_text(path: str | Path) -> str:
     """The whole text of ``path`` through :func:`read_lines`: lines joined by ``\\n``."""
     return "\n".join(line for _, line in read_lines(path))
+
+
+def sha256_of(path: str | Path, chunk: int = 2**20) -> str:
+    """The SHA-256 of a file's bytes (hex), read ``chunk`` bytes at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

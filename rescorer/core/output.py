@@ -18,8 +18,9 @@
   A mount point, the current folder, or a folder of other files or folders is never swapped:
   the set is built inside it and renamed into place entry by entry.
 * Temporary names are ``.<name>.<pid>.<random>.rescorer-tmp``: removed on every exception
-  (``KeyboardInterrupt`` too); after ``kill -9`` the next write of the same target removes
-  those whose process is gone. Write errors (disk full, ...) become an ``OutputError``.
+  (``KeyboardInterrupt`` too); after ``kill -9`` the next write of any target in the same folder
+  removes those whose process is gone (:func:`clean_stale`). Write errors (disk full, ...)
+  become an ``OutputError``.
 """
 
 from __future__ import annotations
@@ -167,15 +168,23 @@ def temp_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"^\.{re.escape(name)}\.([0-9]+)\.[a-z0-9_]{{8}}{suffixes}$")
 
 
-def _stale(target: Path) -> list[tuple[Path, str]]:
-    """``(entry, suffix)`` of the temporaries of ``target`` whose process is gone."""
-    pattern = temp_pattern(target.name)
+_ANY_TEMP = re.compile(
+    rf"^\.(.+)\.([0-9]+)\.[a-z0-9_]{{8}}({re.escape(TEMP_SUFFIX)}|{re.escape(OLD_SUFFIX)})$"
+)
+"""The temporaries of any target: ``.<name>.<pid>.<8 chars><suffix>``."""
+
+
+def _stale_in(folder: Path) -> list[tuple[Path, str, str]]:
+    """``(entry, target name, suffix)`` of the temporaries in ``folder``, of any target, whose
+    process is gone."""
     try:
-        entries = sorted(target.parent.iterdir())
+        entries = sorted(folder.iterdir())
     except OSError:
         return []
-    matches = ((entry, pattern.match(entry.name)) for entry in entries)
-    return [(entry, m.group(2)) for entry, m in matches if m and not _alive(int(m.group(1)))]
+    matches = ((entry, _ANY_TEMP.match(entry.name)) for entry in entries)
+    return [
+        (entry, m.group(1), m.group(3)) for entry, m in matches if m and not _alive(int(m.group(2)))
+    ]
 
 
 def interrupted_swap(target: Path) -> Path | None:
@@ -186,7 +195,14 @@ def interrupted_swap(target: Path) -> Path | None:
     """
     if os.path.lexists(target):
         return None
-    return next((entry for entry, suffix in _stale(target) if suffix == OLD_SUFFIX), None)
+    return next(
+        (
+            entry
+            for entry, name, suffix in _stale_in(target.parent)
+            if name == target.name and suffix == OLD_SUFFIX
+        ),
+        None,
+    )
 
 
 _FRESH: set[Path] = set()
@@ -196,17 +212,21 @@ writing N files quadratic)."""
 
 
 def clean_stale(target: Path) -> None:
-    """Remove temporaries of ``target`` left by killed runs; restore a set lost mid-swap.
+    """Remove the temporaries that killed runs left beside ``target`` (those of any target in
+    its folder: the next run of any command writing there cleans up); put back a set lost
+    mid-swap.
 
-    Safe to run from several processes at once (the ranks of a training run starting).
+    A temporary whose process is alive (on this machine) is left alone. Safe to run from
+    several processes at once (the ranks of a training run starting).
     """
     if target.parent in _FRESH:
         return
-    for entry, suffix in _stale(target):
-        if suffix == OLD_SUFFIX and not os.path.lexists(target):
-            logger.warning("restoring %s from %s (a run was killed mid-swap)", target, entry.name)
+    for entry, name, suffix in _stale_in(target.parent):
+        original = entry.parent / name
+        if suffix == OLD_SUFFIX and not os.path.lexists(original):
+            logger.warning("restoring %s from %s (a run was killed mid-swap)", original, entry.name)
             with contextlib.suppress(FileNotFoundError):  # another process restored it first
-                os.rename(entry, target)
+                os.rename(entry, original)
             continue
         logger.info("removing %s, left by a killed run", entry)
         _remove(entry)

@@ -12,6 +12,11 @@ matrix products on every thread torch is given. On an idle 2-core machine 2 thre
 than 1 (the threads wait for each other). ``auto`` therefore takes the cores that are idle
 now: the usable cores less the 1-minute load average, at least 1.
 
+Work of many tiny operations (``tune --method risk``: thousands of small tensor operations)
+has a default of its own when the user chose no thread count: :func:`torch_threads` runs it on
+that default, or on the count the user chose (``--threads N``, ``auto`` or ``default`` given on
+the command line or in ``$RESCORER_THREADS``), and puts torch's count back afterwards.
+
 Allocator: a scoring or training step allocates tensors of up to hundreds of MB; glibc hands
 blocks that large back to the kernel on every ``free`` (``mmap``/``munmap``) and the next step
 page-faults them in again, zero-filled. Keeping freed memory for reuse (``mallopt``:
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -45,6 +52,9 @@ class RuntimeOptions:
     threads: int | None = None
     # Keep freed memory for reuse instead of returning it to the kernel (glibc only).
     keep_freed_memory: bool = False
+    # Whether the user chose `threads` (--threads or $RESCORER_THREADS); False: the CLI's
+    # default (auto), or nothing configured. Work with a default of its own takes it then.
+    threads_given: bool = False
 
 
 _options = RuntimeOptions()
@@ -116,6 +126,31 @@ def apply_to_torch() -> None:
         if torch.get_num_threads() != _options.threads:
             torch.set_num_threads(_options.threads)
         logger.info("torch uses %d CPU thread(s)", _options.threads)
+
+
+@contextmanager
+def torch_threads(default: int) -> Iterator[int]:
+    """Run a piece of work on the threads the user chose, else on ``default`` (its own, e.g.
+    the faster one measured for that work); torch's thread count is put back afterwards.
+
+    Applies the recorded settings first (:func:`apply_to_torch`). Yields the count the work
+    runs on (``--threads default`` given: torch's own, left as it is).
+    """
+    import torch
+
+    apply_to_torch()
+    before = torch.get_num_threads()
+    if _options.threads_given:
+        count = before if _options.threads is None else _options.threads
+    else:
+        count = default
+    if count != before:
+        torch.set_num_threads(count)
+    try:
+        yield count
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def keep_freed_memory() -> bool:

@@ -431,8 +431,9 @@ def _with_output(
             never=co.never.cpu().numpy(),
         )
     return LSTMWeights(
-        embedding, out_emb, projection, layers, output_bias, class_output, adaptation
-    )
+        embedding, out_emb, projection, layers, output_bias, class_output, adaptation,
+        never=tuple(model.never.tolist()),
+    )  # fmt: skip
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ embedding size, d hidden size, a = in + d, V vocabulary)::
       f           = sigmoid(f + 1);  m_l = m_l f + (1 - f) tanh(i);  h_l = tanh(m_l) sigmoid(o)
     h_top         = the top layer's h_t for every t            Scan output             (N, T, d)
     log p         = log_softmax(E_out L h_top + bias)          MatMul(s), Add, LogSoftmax (N,T,V)
+                    (units never predicted, <s>, at -inf: out of the normaliser)
 
 which is :meth:`rescorer.lm_models.lstm.model.ContextLSTM.forward` step for step (same operations in
 the same order, float32). Per-context weights are gathered by ``context_id``: b' (N, 3d) and the
@@ -213,11 +214,15 @@ class LSTMWeights:
     # The vector form: the context parts, applied in the graph from an input c (N, k); the
     # layers and output_bias are then the unadapted W, b and b_out. None: contexts folded in.
     adaptation: ContextAdaptation | None = None
+    # Units the full softmax never predicts (log-probability -inf, left out of the normaliser),
+    # e.g. <s> (the class-factored output carries its own).
+    never: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for field in ("embedding", "output_embedding", "projection", "output_bias"):
             object.__setattr__(self, field, _f32(field, getattr(self, field)))
         object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "never", tuple(sorted({int(i) for i in self.never})))
         if self.embedding.ndim != 2:
             raise ValueError(f"embedding: expected (V, e), got shape {self.embedding.shape}")
         if not self.layers:
@@ -232,6 +237,8 @@ class LSTMWeights:
             raise ValueError(f"projection: expected an (e, d) = ({e}, {d}) matrix since e != d")
         stacked = [(c,)] if c is not None else []
         _check_shape("output_bias", self.output_bias, [(v,), *[s + (v,) for s in stacked]])
+        if any(not 0 <= i < v for i in self.never):
+            raise ValueError(f"never: expected unit ids in [0, {v}), got {list(self.never)}")
         if self.class_output is not None:
             if len(self.class_output.grouped) != v:
                 raise ValueError(
@@ -684,6 +691,10 @@ def _log_softmax(
         bias = b.op("Unsqueeze", [rows, k.axis1], "output_bias_n1v")  # (N, 1, V)
     logits = b.op("Add", [logits, bias], "logits_b")  # (N, T, V)
     if w.class_output is None:
+        if w.never:  # never predicted (<s>): -inf, out of the normaliser
+            mask = np.zeros(len(w.output_embedding), dtype=np.float32)
+            mask[list(w.never)] = -np.inf
+            logits = b.op("Add", [logits, b.const("never_mask", mask)], "logits_never")
         return b.op("LogSoftmax", [logits], "log_probs", axis=-1)  # (N, T, V)
     return _class_log_probs(b, w.class_output, h, logits)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rescorer.core import constants
@@ -49,6 +49,8 @@ class NBestSource:
     references: Mapping[str, tuple[str, ...]] | None
     # The whole set when it is not read lazily (not JSONL, or a pipe), else None.
     whole: NBest | None = field(default=None, repr=False)
+    # Hypotheses kept of each list, the first ones (SRILM's -max-nbest; None: all of them).
+    max_nbest: int | None = None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.ids)
@@ -67,6 +69,20 @@ class NBestSource:
     def max_size(self) -> int:
         """Hypotheses in the longest list (0 for an empty set)."""
         return max(self.sizes, default=0)
+
+    def head(self, k: int | None) -> NBestSource:
+        """The set with every list cut to its first ``k`` hypotheses as it is read (itself
+        for None); ``sizes`` are those of the cut lists."""
+        if k is None:
+            return self
+        if k < 1:
+            raise ValueError(f"expected at least 1 hypothesis per list, got {k}")
+        return replace(
+            self,
+            sizes=tuple(min(n, k) for n in self.sizes),
+            whole=None if self.whole is None else self.whole.head(k),
+            max_nbest=k if self.max_nbest is None else min(k, self.max_nbest),
+        )
 
     @classmethod
     def of(cls, nbest: NBest, path: Path, fmt: str) -> NBestSource:
@@ -110,6 +126,8 @@ class NBestSource:
                     self.path,
                 )
             position += 1
+            if self.max_nbest is not None:
+                nb = nb.head(self.max_nbest)
             lists.append(nb)
             if ref is not None:
                 refs[nb.utt_id] = ref

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import pkgutil
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -169,7 +170,7 @@ def write_checkpoint(
             )
     (folder / CONFIG_FILE).write_text(json.dumps(header, indent=2) + "\n", encoding="utf-8")
     (folder / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    save_file(weights, str(folder / WEIGHTS_FILE), metadata={"format": FORMAT})
+    save_tensors(weights, folder / WEIGHTS_FILE, metadata={"format": FORMAT})
     if training_text is not None:
         (folder / TRAINING_FILE).write_text(training_text + "\n", encoding="utf-8")
     for name, content in extra.items():
@@ -179,6 +180,25 @@ def write_checkpoint(
             (folder / name).write_text(content, encoding="utf-8")
     sync_files(folder)
     return model_type, len(weights)
+
+
+_OS_ERROR = re.compile(r"\(os error ([0-9]+)\)")
+
+
+def save_tensors(
+    tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, str] | None = None
+) -> None:
+    """``safetensors``' ``save_file``, with its I/O errors (a full disk: "No space left on device
+    (os error 28)") raised as the :class:`OSError` they are, which the output layer reports in
+    one line instead of a traceback."""
+    try:
+        save_file(dict(tensors), str(path), metadata=dict(metadata) if metadata else None)
+    except SafetensorError as err:  # not an OSError: the errno is only in its text
+        m = _OS_ERROR.search(str(err))
+        if m is None:
+            raise
+        code = int(m.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
 
 
 def save_optimizer_state(opt: torch.optim.Optimizer, folder: Path) -> None:
@@ -193,7 +213,7 @@ def save_optimizer_state(opt: torch.optim.Optimizer, folder: Path) -> None:
                 tensors[f"{pid}.{key}"] = value.detach().cpu().contiguous()
             else:
                 scalars[f"{pid}.{key}"] = value
-    save_file(tensors, str(folder / "optimizer.safetensors"))
+    save_tensors(tensors, folder / "optimizer.safetensors")
     (folder / "optimizer.json").write_text(
         json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}), encoding="utf-8"
     )

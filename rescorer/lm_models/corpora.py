@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rescorer.core.errors import InputError
-from rescorer.core.io import read_lines
+from rescorer.core.io import read_lines, read_text
 from rescorer.core.json_input import parse_json
 
 logger = logging.getLogger(__name__)
@@ -658,7 +658,7 @@ def read_novels(folder: str | Path, lower: bool = True) -> list[Document]:
         path = folder / cols[0]
         if not path.is_file():
             raise InputError(f"novel {cols[0]!r} listed here is missing", listing, lineno)
-        sentences = book_sentences(path.read_text(encoding="utf-8-sig"), lower)
+        sentences = book_sentences(read_text(path), lower)  # the one text reader
         if not sentences:
             raise InputError(f"novel {cols[0]!r} has no text", listing, lineno)
         fields = {"author": cols[1], "title": cols[2], "year": cols[3]}

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from rescorer.core.errors import InputError
-from rescorer.core.io import read_lines
+from rescorer.core.io import read_lines, sha256_of
 from rescorer.core.json_input import parse_json, read_json
 from rescorer.core.output import atomic_dir
 
@@ -60,7 +60,6 @@ KINDS = ("text", "jsonl", "conllu")
 UNITS = {"text": "text lines", "jsonl": "jsonl lines", "conllu": "CoNLL-U sentences"}  # of a kind
 EXTENSIONS = {"text": "txt", "jsonl": "jsonl", "conllu": "conllu"}  # of the shard files
 FLUSH_BYTES = 32 * 2**20  # lines kept in memory by the writer before they go to the files
-HASH_CHUNK = 2**20
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -410,14 +409,6 @@ def _check_size(path: Path, i: int, expected: int) -> None:
             "changed since it was written; write the shards again",
             path,
         )
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class ShardReader(Generic[T]):

@@ -60,6 +60,8 @@ _CPU = torch.device("cpu")
 BLOCK_BYTES = 16 << 20
 # Rows per block are kept between these bounds whatever the vocabulary size.
 MIN_BLOCK_ROWS, MAX_BLOCK_ROWS = 16, 512
+# Rows of the word weights :class:`ClassFactoredSoftmax` compares before reusing its gathered copy.
+PROBE_ROWS = 64
 
 
 def _version(t: Tensor) -> int:
@@ -87,13 +89,14 @@ def table_log_softmax(
     bias_of: Tensor,
     rows: Tensor,
     targets: Tensor,
+    never: Tensor | None = None,
 ) -> Tensor:
     """``log_softmax(z W^T + table[bias_of])[rows[j], targets[j]]`` without gradients.
 
     z (N, in), a bias per row taken from ``table`` (C, V) by ``bias_of`` (N,): a scorer's rows
     under C different contexts. Rows are taken a block at a time as in
     :func:`target_log_softmax`; each block's biases are gathered into the reused buffer and the
-    matmul adds onto them, so no (N, V) tensor is built.
+    matmul adds onto them, so no (N, V) tensor is built. ``never`` units get -inf logits.
     """
     if table.dim() != 2 or bias_of.shape != z.shape[:1]:
         raise ValueError(
@@ -104,7 +107,7 @@ def table_log_softmax(
     rows_s, targets_s = rows[order], targets[order]
     out = z.new_empty(len(rows))
     with torch.no_grad():
-        for a, _, lo, hi, lsm in _blocks(z, weight, table, rows_s, None, bias_of):
+        for a, _, lo, hi, lsm in _blocks(z, weight, table, rows_s, never, bias_of):
             out[lo:hi] = lsm[rows_s[lo:hi] - a, targets_s[lo:hi]]
     return torch.empty_like(out).index_copy_(0, order, out)
 
@@ -289,6 +292,8 @@ class ClassFactoredSoftmax(nn.Module):
     ``tie_singletons`` False a class of one word gets a row of U like any other class.
     """
 
+    probe: Tensor  # (<= PROBE_ROWS,) rows compared before the gathered copy is reused (buffer)
+
     def __init__(
         self,
         word_classes: Sequence[int],
@@ -354,8 +359,12 @@ class ClassFactoredSoftmax(nn.Module):
         self.grouped_is_identity = bool(torch.equal(grouped, torch.arange(len(cls), device=_CPU)))
         self.segment_sizes = [len(seg) for seg in segments]
         self.segment_of_cluster = {k: i + 1 for i, k in enumerate(cluster_ids.tolist())}
-        # (weight, its version, its rows in segment order): see _grouped
-        self._grouped_cache: tuple[Tensor, int, Tensor] | None = None
+        # Rows of the weight compared on every use of the gathered copy (see _grouped): up to
+        # PROBE_ROWS spread over the vocabulary.
+        probe = torch.linspace(0, len(cls) - 1, min(len(cls), PROBE_ROWS), device=_CPU)
+        self.register_buffer("probe", probe.round().long().unique(), persistent=False)
+        # (the weight's data, its key, its probed rows, its rows in segment order): see _grouped
+        self._grouped_cache: tuple[Tensor, tuple[Any, ...], Tensor, Tensor] | None = None
 
     def class_log_probs(self, z: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         """(..., in) -> (..., C): log P(c | h). ``bias`` (V,) or per row (..., V)."""
@@ -451,21 +460,31 @@ class ClassFactoredSoftmax(nn.Module):
         """``weight`` (V, in) and ``bias`` (V,) | (N, V) with the words in segment order.
 
         In eval mode without gradients (scoring) the gathered copy of the weight is kept and
-        reused while it is unchanged: the same tensor object (kept referenced so that its memory
-        is not reused) at the same in-place version (an inference tensor keeps none), and no
-        switch to train mode since (a fused optimizer step changes weights without bumping
-        their version; :meth:`train` drops the copy). Gathering a 50k x 384 matrix on every
-        call cost a quarter of the scorer's time. The bias (V values per row) is gathered on
-        every call.
+        reused while the weight is unchanged: the same data (its storage address, dtype,
+        device, shape and strides: ``Module.to``, ``.double()``, ``.half()`` and assignments
+        to ``.data`` replace the data of the same Parameter at the same version; the data is
+        kept referenced so that its memory is not reused) at the same in-place version, the
+        same values in the probed rows (writes through ``.data``, e.g. ``.data.copy_`` of other
+        weights, and writes to an inference tensor bump no version), and no switch to train
+        mode since (a fused optimizer step changes weights without bumping their version;
+        :meth:`train` drops the copy). An in-place edit through ``.data`` of rows that are not
+        probed goes unseen: call :meth:`train` (or ``eval``'s ``train(False)``) after one.
+        Gathering a 50k x 384 matrix on every call cost a quarter of the scorer's time; the
+        probe reads 64 rows. The bias (V values per row) is gathered on every call.
         """
         grouped_bias = bias.index_select(-1, self.grouped)  # V values per row: cheap
         if torch.is_grad_enabled() or self.training:
             return weight.index_select(0, self.grouped), grouped_bias
+        key = (
+            weight.data_ptr(), weight.dtype, weight.device, tuple(weight.shape), weight.stride(),
+            _version(weight),
+        )  # fmt: skip
+        probed = weight.index_select(0, self.probe)
         cached = self._grouped_cache
-        if cached is None or cached[0] is not weight or cached[1] != _version(weight):
+        if cached is None or cached[1] != key or not torch.equal(cached[2], probed):
             grouped = weight.index_select(0, self.grouped)
-            cached = self._grouped_cache = (weight, _version(weight), grouped)
-        return cached[2], grouped_bias
+            cached = self._grouped_cache = (weight.detach(), key, probed, grouped)
+        return cached[3], grouped_bias
 
     def train(self, mode: bool = True) -> ClassFactoredSoftmax:
         self._grouped_cache = None  # weights may change in training without a version bump

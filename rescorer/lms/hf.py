@@ -463,7 +463,8 @@ class HFCausalLM:
         Rows are right-padded with EOS (masked out). On top of ``past``, row ``r`` reads the
         cached prefix ``past.owner[r]`` first: the cache is gathered to one prefix per row (it
         is used once, so in place), the attention mask covers that prefix's real positions and
-        the row's, and the row's positions are numbered on from the prefix's length.
+        the row's, and the row's positions are numbered on from the prefix's length (its padded
+        slots repeat its last real position, so none passes the model's limit).
         """
         torch = self._torch
         b, t = len(rows), max(len(row.inputs) for row in rows)
@@ -483,7 +484,13 @@ class HFCausalLM:
             cached = torch.arange(max(past.lengths)) < lengths[:, None]  # (B, P): real past
             mask = torch.cat([cached.long(), mask], dim=1)  # (B, P + T)
             kwargs[self._cache_arg] = past.cache
-            kwargs["position_ids"] = (lengths[:, None] + torch.arange(t)).to(self.device)  # (B, T)
+            # a row's padded slots repeat its last real position: numbered on, they could run
+            # past a model's learned positions (a long prefix's short rows in a bundle whose
+            # widest row is long) although every real position fits
+            widths = torch.tensor([len(row.inputs) for row in rows], dtype=torch.long)  # (B,)
+            last = lengths + widths - 1  # (B,): each row's last real position
+            positions = torch.minimum(lengths[:, None] + torch.arange(t), last[:, None])
+            kwargs["position_ids"] = positions.to(self.device)  # (B, T)
         with torch.inference_mode():
             result = self.model(
                 input_ids=inputs.to(self.device), attention_mask=mask.to(self.device), **kwargs

@@ -314,8 +314,10 @@ def test_class_factored_scoring_reuses_its_gathered_rows_only_while_weights_are_
     w, b = weight.detach().clone(), bias.detach().clone()
     with torch.no_grad():
         first = layer.log_prob(z, targets, w, b)
-        assert layer._grouped_cache is not None and layer._grouped_cache[0] is w
+        cache = layer._grouped_cache
+        assert cache is not None and cache[0].data_ptr() == w.data_ptr()
         torch.testing.assert_close(layer.log_prob(z, targets, w, b), first, atol=0, rtol=0)
+        assert layer._grouped_cache is cache  # reused, not gathered again
         # a change that bumps no version (as a fused optimizer step): train mode drops the copy
         w.data.mul_(2.0)
         layer.train()
@@ -347,3 +349,68 @@ def test_class_factored_scoring_reuses_its_gathered_rows_only_while_weights_are_
             atol=1e-12,
             rtol=0,
         )
+
+
+class _Owner(torch.nn.Module):
+    """A family's shape: the word weights and bias are its parameters, the layer a submodule."""
+
+    def __init__(self, layer: ClassFactoredSoftmax, weight: torch.Tensor, bias: torch.Tensor):
+        super().__init__()
+        self.layer = layer
+        self.weight = torch.nn.Parameter(weight.detach().clone())
+        self.bias = torch.nn.Parameter(bias.detach().clone())
+
+    def forward(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.layer.log_prob(z, targets, self.weight, self.bias)
+
+    def fresh(self, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The same values by the full distribution (no cached rows)."""
+        full = self.layer.log_probs(z, self.weight, self.bias)
+        return full.gather(1, targets[:, None]).squeeze(1)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["float", "double", "to", "data_assigned", "data_copied", "data_to", "inference_copied"],
+)
+def test_class_factored_cached_rows_follow_dtype_changes_and_new_weights(change: str) -> None:
+    """Module.to/.double/.float and assignments to .data replace a Parameter's data without
+    changing the Parameter object or its version; copies through .data change no version
+    either. After each, scoring equals a fresh computation (no stale rows, no dtype error)."""
+    layer, weight, bias, z, targets = setup(4, shortlist=10)
+    owner = _Owner(layer, weight, bias).eval()
+    assert not layer.grouped_is_identity
+    gen = torch.Generator().manual_seed(7)
+    new_w = torch.randn(V, IN, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        owner(z, targets)  # the rows are gathered and kept
+        assert layer._grouped_cache is not None
+        if change == "float":
+            owner.float()
+            z = z.float()
+        elif change == "double":
+            owner.float()
+            owner(z.float(), targets)  # kept in float32
+            owner.double()
+        elif change == "to":
+            owner.to(torch.float32)
+            z = z.float()
+        elif change == "data_assigned":
+            owner.weight.data = new_w.clone()
+        elif change == "data_copied":
+            owner.weight.data.copy_(new_w)
+        elif change == "data_to":
+            owner.weight.data = new_w.to(torch.float32).to(torch.float64)
+        if change != "inference_copied":
+            got, want = owner(z, targets), owner.fresh(z, targets)
+    if change == "inference_copied":  # an inference tensor keeps no version counter
+        with torch.inference_mode():
+            w = weight.detach() * 1.0
+            b = bias.detach() * 1.0
+            layer.log_prob(z, targets, w, b)
+            w.copy_(new_w)
+            got = layer.log_prob(z, targets, w, b)
+            want = layer.log_probs(z, w, b).gather(1, targets[:, None]).squeeze(1)
+    assert got.dtype == z.dtype
+    tol = 1e-12 if z.dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(got, want, atol=tol, rtol=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,21 @@ def test_vocabulary_counts_the_pieces(tokenizer: SubwordTokenizer) -> None:
     assert vocab.unigram_counts is not None
     assert sum(vocab.unigram_counts) == sum(len(tokenizer.encode(s)) + 1 for s in corpus)
     assert vocab.unigram_counts[vocab.eos_id] == len(corpus)
+
+
+def test_vocabulary_of_counts_equals_the_vocabulary_of_the_sentences(
+    tokenizer: SubwordTokenizer,
+) -> None:
+    """A streamed corpus is counted as words and a sentence count: the same piece counts,
+    every sentence's </s> included, as over the sentences themselves."""
+    corpus = sentences(n=150, seed=4)
+    words = Counter(w for s in corpus for w in s)
+    counted = tokenizer.vocabulary_of_counts(words, len(corpus))
+    assert counted.tokens == list(tokenizer.pieces)
+    assert counted.unigram_counts == tokenizer.vocabulary(corpus).unigram_counts
+    assert counted.unigram_counts is not None
+    assert counted.unigram_counts[counted.eos_id] == len(corpus) == 150
+    assert counted.unigram_counts[counted.bos_id] == 0 and counted.unigram_counts[0] == 0
 
 
 def test_checkpoint_with_a_tokenizer_round_trips(

@@ -132,8 +132,8 @@ def test_a_set_of_many_files_scans_its_folder_once(
     import rescorer.core.output as output
 
     scans: list[Path] = []
-    real = output._stale
-    monkeypatch.setattr(output, "_stale", lambda target: scans.append(target) or real(target))
+    real = output._stale_in
+    monkeypatch.setattr(output, "_stale_in", lambda folder: scans.append(folder) or real(folder))
     with atomic_dir(tmp_path / "set") as folder:
         for i in range(200):
             with atomic_write(folder / f"u{i}") as fh:

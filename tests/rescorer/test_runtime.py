@@ -79,16 +79,49 @@ def test_cli_threads_option_sets_the_scoring_threads(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert torch.get_num_threads() == other
-    assert runtime.current() == runtime.RuntimeOptions(threads=other, keep_freed_memory=True)
+    assert runtime.current() == runtime.RuntimeOptions(
+        threads=other, keep_freed_memory=True, threads_given=True
+    )
     bad = CliRunner().invoke(main, ["--threads", "none", "wer", "--help"])
     assert bad.exit_code == 2 and "--threads" in bad.output
+
+
+def test_cli_records_whether_the_threads_were_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(runtime.THREADS_ENV, raising=False)
+    assert CliRunner().invoke(main, ["wer", "--help"]).exit_code == 0
+    assert runtime.current().threads is not None and not runtime.current().threads_given  # auto
+    monkeypatch.setenv(runtime.THREADS_ENV, "1")
+    assert CliRunner().invoke(main, ["wer", "--help"]).exit_code == 0
+    assert runtime.current().threads == 1 and runtime.current().threads_given
+
+
+@pytest.mark.parametrize(
+    ("options", "want"),
+    [
+        (runtime.RuntimeOptions(), 1),  # nothing configured: the work's default
+        (runtime.RuntimeOptions(threads=2), 1),  # the CLI's auto, not chosen: the default
+        (runtime.RuntimeOptions(threads=2, threads_given=True), 2),  # --threads 2
+        (runtime.RuntimeOptions(threads=None, threads_given=True), 3),  # --threads default
+    ],
+)
+def test_torch_threads_takes_the_chosen_count_else_the_works_default(
+    options: runtime.RuntimeOptions, want: int
+) -> None:
+    torch.set_num_threads(3)
+    runtime.configure(options)
+    with runtime.torch_threads(1) as count:
+        assert count == want == torch.get_num_threads()
+    # put back: torch's count, or the recorded one that apply_to_torch set
+    assert torch.get_num_threads() == (options.threads or 3)
 
 
 def test_cli_allocator_can_be_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(runtime.ALLOCATOR_ENV, "system")
     result = CliRunner().invoke(main, ["--threads", "default", "wer", "--help"])
     assert result.exit_code == 0
-    assert runtime.current() == runtime.RuntimeOptions(threads=None, keep_freed_memory=False)
+    assert runtime.current() == runtime.RuntimeOptions(
+        threads=None, keep_freed_memory=False, threads_given=True
+    )
 
 
 def test_onnx_sessions_take_the_configured_threads(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,14 @@ import pytest
 
 from rescorer.combine import Weights, feature_matrix, one_best
 from rescorer.nbest import Hypothesis, NBest, NBestList
-from rescorer.tune import TuneOptions, _column_scale, _Problem, _upper_envelope, tune
+from rescorer.tune import (
+    RISK_THREADS,
+    TuneOptions,
+    _column_scale,
+    _Problem,
+    _upper_envelope,
+    tune,
+)
 from rescorer.wer import score_corpus
 
 
@@ -59,10 +67,7 @@ def test_recovers_planted_weights() -> None:
     assert first.total.errors > 100  # the list order is not the planted ranking
     result = tune(nbest, refs, ["am", "lm"], TuneOptions(restarts=3, tune_length=False))
     assert result.errors == 0
-    assert (
-        result.initial_errors
-        == score_corpus(refs, one_best(nbest, Weights({"am": 1.0}))).total.errors
-    )
+    assert result.initial_errors == first.total.errors  # "initial": the lists' own order
     assert result.weights.features["am"] == pytest.approx(1.0)
     # 150 lists of 8 pin the ratio down tightly.
     assert result.weights.features["lm"] == pytest.approx(0.5, abs=0.03)
@@ -122,7 +127,8 @@ def test_initial_weights_and_anchor() -> None:
     nbest, refs = planted_problem(seed=5)
     init = Weights({"am": 2.0, "lm": 1.0})  # the planted ratio, scaled
     result = tune(nbest, refs, ["am", "lm"], TuneOptions(restarts=0, tune_length=False), init)
-    assert result.initial_errors == 0 and result.errors == 0
+    assert result.start_errors == (0,) and result.errors == 0
+    assert result.initial_errors == score_corpus(refs, one_best(nbest)).total.errors > 0
     anchored = tune(
         nbest, refs, ["am", "lm"], TuneOptions(restarts=1, anchor="lm", tune_length=False)
     )
@@ -324,3 +330,131 @@ def test_all_envelopes_at_once_equal_the_walk_of_each_list(seed: int) -> None:
         assert start[u] == segs[0][1]
         assert [(float(times[i]), int(news[1][i])) for i in mine] == segs[1:]
         assert [int(olds[1][i]) for i in mine] == [s[1] for s in segs[:-1]]
+
+
+def shifted(nbest: NBest, feature: str, offset: float) -> NBest:
+    """``nbest`` with ``offset`` added to every value of ``feature`` (the same in every list)."""
+    return NBest(
+        NBestList(
+            nb.utt_id,
+            [Hypothesis(h.words, {**h.scores, feature: h.scores[feature] + offset}) for h in nb],
+        )
+        for nb in nbest.values()
+    )
+
+
+@pytest.mark.parametrize("offset", [1e7, -1e9])
+def test_risk_keeps_the_differences_of_a_feature_with_a_large_offset(offset: float) -> None:
+    """Softmax is shift-invariant per list: a constant offset of a feature changes nothing
+    (it used to be clipped at +-1e6 after standardising, flattening the column)."""
+    nbest, refs = planted_problem()
+    options = TuneOptions(tune_length=False, method="risk")
+    plain = tune(nbest, refs, ["am", "lm"], options)
+    offset_result = tune(shifted(nbest, "lm", offset), refs, ["am", "lm"], options)
+    mert = tune(shifted(nbest, "lm", offset), refs, ["am", "lm"], TuneOptions(tune_length=False))
+    assert plain.errors <= 10 and mert.errors <= 10
+    assert offset_result.errors == plain.errors
+    assert offset_result.weights.features["lm"] == pytest.approx(
+        plain.weights.features["lm"], rel=1e-4
+    )
+
+
+def test_risk_ignores_the_padding_of_uneven_lists() -> None:
+    """Lists are padded to the longest one; the padded slots take no probability. A list whose
+    hypotheses all have the same errors adds a constant to the expected errors, so adding a
+    long one (which pads every other list much further) leaves the risk weights as they were."""
+    nbest, refs = planted_problem(n_utt=80, seed=3)
+    rng = np.random.default_rng(5)
+    uneven = NBest(  # 2 to 8 hypotheses a list
+        NBestList(nb.utt_id, nb.hyps[: int(rng.integers(2, len(nb) + 1))]) for nb in nbest.values()
+    )
+    long_words = ("w1", "w2", "w3")
+    long_list = NBestList(
+        "long",
+        [
+            Hypothesis(long_words, {"am": float(rng.normal() * 3), "lm": float(rng.normal() * 5)})
+            for _ in range(40)
+        ],
+    )
+    padded = NBest([*uneven.values(), long_list])
+    options = TuneOptions(tune_length=False, method="risk")
+    alone = tune(uneven, refs, ["am", "lm"], options)
+    more = tune(padded, {**refs, "long": long_words}, ["am", "lm"], options)
+    assert more.errors == alone.errors
+    assert more.weights.features["lm"] == pytest.approx(alone.weights.features["lm"], rel=1e-4)
+
+
+# -- threads (issue 50): the risk search runs on --threads, or on its own faster default -------
+@pytest.fixture()
+def search_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """torch's thread count at each L-BFGS step of the risk search; torch's count and the
+    recorded runtime settings are restored afterwards."""
+    import torch
+
+    from rescorer.core import runtime
+
+    seen: list[int] = []
+    real = torch.optim.LBFGS.step
+
+    def step(self: torch.optim.LBFGS, closure: Callable[[], torch.Tensor]) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return real(self, closure)
+
+    monkeypatch.setattr(torch.optim.LBFGS, "step", step)
+    before = torch.get_num_threads()
+    yield seen
+    runtime.configure(runtime.RuntimeOptions())
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("args", "torch_before", "want"),
+    [
+        (["--threads", "1"], 2, 1),  # --threads 1 was ignored: torch's 2 threads ran the search
+        (["--threads", "2"], 1, 2),
+        ([], 2, RISK_THREADS),  # nothing chosen: the search's own default (1, the faster)
+    ],
+)
+def test_cli_risk_search_runs_on_the_chosen_threads(
+    args: list[str],
+    torch_before: int,
+    want: int,
+    search_threads: list[int],
+    espnet_factory: Callable[..., Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+    from click.testing import CliRunner
+
+    from rescorer.cli.main import main
+    from rescorer.core.runtime import THREADS_ENV
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)  # the tests' conftest sets it to "default"
+    nbest, refs = planted_problem(n_utt=12)
+    utts = [  # ESPnet ids: speaker-utterance
+        (f"spk-{u}", [(" ".join(h.words), h.scores["am"], h.scores["lm"], 0.0) for h in nbest[u]])
+        for u in nbest
+    ]
+    dev = espnet_factory("dev", utts, {f"spk-{u}": " ".join(refs[u]) for u in nbest})
+    torch.set_num_threads(torch_before)
+    result = CliRunner().invoke(
+        main,
+        [*args, "tune", "--nbest", str(dev), "--ref", str(dev / "references" / "ref_wer.trn"),
+         "--features", "decoder,ctc", "--method", "risk", "--out", str(tmp_path / "w.json")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert search_threads and set(search_threads) == {want}
+
+
+def test_library_risk_search_runs_on_one_thread_and_restores_torch(
+    search_threads: list[int],
+) -> None:
+    """Unconfigured (a library call): the search's default, and torch's count as it was after."""
+    import torch
+
+    nbest, refs = planted_problem(n_utt=12)
+    torch.set_num_threads(2)
+    tune(nbest, refs, ["am", "lm"], TuneOptions(tune_length=False, method="risk"))
+    assert search_threads and set(search_threads) == {1}
+    assert torch.get_num_threads() == 2

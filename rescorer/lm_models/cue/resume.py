@@ -24,11 +24,16 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from rescorer.core.output import atomic_dir
-from rescorer.lm_models.checkpoint import load_optimizer_state, save_optimizer_state, sync_files
+from rescorer.lm_models.checkpoint import (
+    load_optimizer_state,
+    save_optimizer_state,
+    save_tensors,
+    sync_files,
+)
 from rescorer.lm_models.training import EpochRecord
 
 # Version of the folder's layout (a folder of another version is refused).
@@ -125,9 +130,9 @@ def save_stage(
         "parts_rng": [version, list(internal), gauss],
     }
     with atomic_dir(folder) as tmp:
-        save_file(_tensors(names, current), str(tmp / "last.safetensors"))
-        save_file(_tensors(names, best_state or current), str(tmp / "best.safetensors"))
-        save_file(rng, str(tmp / "rng.safetensors"))
+        save_tensors(_tensors(names, current), tmp / "last.safetensors")
+        save_tensors(_tensors(names, best_state or current), tmp / "best.safetensors")
+        save_tensors(rng, tmp / "rng.safetensors")
         save_optimizer_state(optimizer, tmp)
         (tmp / STATE_FILE).write_text(json.dumps(state) + "\n", encoding="utf-8")
         sync_files(tmp)

@@ -65,7 +65,7 @@ from rescorer.lm_models.fnlm.factors import (
     unknown_vector,
 )
 from rescorer.lm_models.output import ClassFactoredSoftmax, FullSoftmax
-from rescorer.lm_models.vocab import BOS_ID, EOS, EOS_ID, UNK_ID, Vocabulary
+from rescorer.lm_models.vocab import BOS, BOS_ID, EOS, EOS_ID, UNK, UNK_ID, Vocabulary
 
 logger = logging.getLogger(__name__)
 
@@ -499,6 +499,15 @@ def load_fnlm(path: str | Path, device: str | torch.device = "cpu") -> FactoredL
     if (path / LEXICON_FILE).exists():
         lexicon = Lexicon.load(path / LEXICON_FILE, cfg.language)
     counts = _read_word_counts(path / WORDS_FILE)
+    # Every output word was seen in training: one missing from the counts would be scored as
+    # known but counted as unknown (a wrong "no unk" perplexity), so the two files must agree.
+    unseen = [t for t in tokens if t not in counts and t not in (UNK, BOS, EOS)]
+    if unseen:
+        raise ValueError(
+            f"{path / WORDS_FILE}: lists {len(counts)} training words but not {len(unseen)} of "
+            f"the model's {len(tokens)}-token vocabulary ({', '.join(map(repr, unseen[:5]))}"
+            f"{' ...' if len(unseen) > 5 else ''}): expected the checkpoint's own word counts"
+        )
     return FactoredLM(model, Vocabulary(tokens), encoder, counts, lexicon)
 
 

@@ -771,6 +771,10 @@ def _row_logprobs(model: LBL, f: Tensor, targets: Tensor, attrs: Tensor) -> Tens
     return model.output.log_prob(f, targets, model.W_fv.detach().T, bias)  # the shared output
 
 
+class InferenceDiverged(ValueError):
+    """Attribute inference whose loss stopped being a number (a learning rate too large)."""
+
+
 def infer_attributes(
     model: LBL,
     rows: EncodedRows,
@@ -782,6 +786,8 @@ def infer_attributes(
 
     The other attributes of each row are used as encoded (their value or the expected vector).
     Each text's vector starts at ``init`` (G, dim_a) or at the attribute's expected vector.
+    :class:`InferenceDiverged` when the loss is no longer a number (or the learning rate is
+    beyond what the parameters' type holds).
     """
     opts = options or InferenceOptions()
     t0 = time.perf_counter()
@@ -802,6 +808,10 @@ def infer_attributes(
         z0 = start.clone() if init is None else init.detach().to(device, u.dtype).clone()
     if z0.shape != (n_groups, sl.stop - sl.start):
         raise ValueError(f"init must be ({n_groups}, {sl.stop - sl.start}), got {tuple(z0.shape)}")
+    if not 0 < opts.lr <= torch.finfo(z0.dtype).max:
+        raise InferenceDiverged(
+            f"a learning rate of {opts.lr:g} is beyond what {z0.dtype} parameters take"
+        )
     z = z0.requires_grad_(True)
     optimizer = torch.optim.Adam([z], lr=opts.lr)
     losses = []
@@ -819,6 +829,11 @@ def infer_attributes(
                 nll.sum().backward()  # texts are independent: the sum's gradient is each one's
             total += nll.detach()
         losses.append(total.cpu().numpy())
+        if not np.isfinite(losses[-1]).all():
+            raise InferenceDiverged(
+                f"the loss diverged (it is {float(np.max(losses[-1]))} after {step} steps of "
+                f"learning rate {opts.lr:g})"
+            )
         if step < opts.steps:
             optimizer.step()
             if config.relu:
@@ -940,9 +955,9 @@ def sample_sentences(
 ) -> list[list[str]]:
     """``n`` sentences drawn word by word from P(w | history, x) until ``</s>`` (or cut after
     ``max_words`` words)."""
-    if n < 1 or max_words < 1 or temperature <= 0:
-        raise ValueError(f"need n, max_words >= 1 and temperature > 0; got {n}, {max_words}, "
-                         f"{temperature}")  # fmt: skip
+    if n < 1 or max_words < 1 or not 0 < temperature < math.inf:
+        raise ValueError(f"need n, max_words >= 1 and a finite temperature > 0; got {n}, "
+                         f"{max_words}, {temperature}")  # fmt: skip
     device = model.bias.device
     gen = torch.Generator(device=device).manual_seed(seed)
     hist = torch.full((n, model.config.order - 1), BOS_ID, dtype=torch.long, device=device)
@@ -950,9 +965,12 @@ def sample_sentences(
     done = torch.zeros(n, dtype=torch.bool, device=device)
     drawn = []
     for _ in range(max_words):  # a sentence still going after max_words words is cut there
-        logits = model.logits(model.predict(hist), x=xb) / temperature
+        logits = model.logits(model.predict(hist), x=xb).double()
         if not allow_unk:
             logits[:, UNK_ID] = -math.inf
+        # Measured from the best word before the division (in float64): any finite temperature
+        # gives probabilities, down to the best word alone (tiny) or all alike (huge).
+        logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
         nxt = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=gen)[:, 0]
         nxt = nxt.masked_fill(done, EOS_ID)  # finished sentences only pad
         drawn.append(nxt)

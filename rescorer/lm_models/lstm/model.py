@@ -14,6 +14,9 @@ the cell input ``[x_t, h_{t-1}]``.
     h_t      = tanh(m_t) sigmoid(o)                                           (eq. 9)
     log p    = log_softmax(E L h_t + b_out + Q c + sum_j B_j[f_j])            (eq. 5, 6)
 
+The softmax runs over every unit but ``<s>``, which is never predicted (log p = -inf), in the
+full softmax as in the class-factored output (:mod:`rescorer.lm_models.output`).
+
 Modes decide which parameters exist: ``unadapted`` (none of the context ones), ``softmax_bias``
 (Q and one-hot bias tables B_j, eq. 6), ``concat`` (also V, eq. 2), ``factor`` (also Z_L, Z_R,
 eq. 3-4). Adaptation applies to every layer, each with its own V, Z_L, Z_R.
@@ -411,6 +414,8 @@ def valid_positions(inputs: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
 class ContextLSTM(nn.Module):
     """The context-aware LSTM language model; ``config.mode`` selects the variant."""
 
+    never: Tensor  # (1,) the units never predicted: <s> (a buffer, not saved)
+
     def __init__(self, config: LSTMConfig) -> None:
         super().__init__()
         self.config = config
@@ -449,6 +454,9 @@ class ContextLSTM(nn.Module):
         self.class_output = (
             ClassFactoredSoftmax(cfg.word_classes, e, never=(BOS_ID,)) if cfg.word_classes else None
         )
+        # Units the full softmax never predicts (<s>: log 0, left out of the normaliser, as in
+        # the class-factored output and the other families). Derived, not saved.
+        self.register_buffer("never", torch.tensor([BOS_ID], dtype=torch.long), persistent=False)
         self.Q = nn.Parameter(torch.zeros(vocab, k)) if self.adaptive else None  # eq. 6
         # Sec. 2.3: a direct softmax bias per value (a one-hot c) for low-cardinality variables.
         self.one_hot_vars = tuple(v for v in cfg.context_vars if v.one_hot_bias)
@@ -683,13 +691,17 @@ class ContextLSTM(nn.Module):
         h, state, adapted = self._run(tokens, context, state, adapted)
         return self._log_probs(h, adapted.output_bias), state
 
+    def _never_filled(self, logits: Tensor) -> Tensor:
+        """``logits`` (..., V) with the units never predicted (<s>) at -inf."""
+        return logits.index_fill(-1, self.never, -math.inf)
+
     def _output_embedding(self) -> Tensor:
         return self.embedding.weight if self.output_embedding is None else self.output_embedding
 
     def _log_probs(self, h: Tensor, bias: Tensor) -> Tensor:
         """Eq. 5/6 normalised: h (N, T, d), bias (V,) | (N, V) -> log p (N, T, V)."""
         if self.class_output is None:
-            return F.log_softmax(self._logits(h, bias), dim=-1)
+            return F.log_softmax(self._never_filled(self._logits(h, bias)), dim=-1)
         projected = self.L(h) if self.L is not None else h  # (N, T, e)
         if bias.dim() == 2:
             bias = bias.unsqueeze(1)  # (N, 1, V)
@@ -727,6 +739,7 @@ class ContextLSTM(nn.Module):
                 bias,
                 idx,
                 targets[rows],
+                self.never,
                 bias_of=rows[0] if per_sequence else None,
             )
         else:  # a bias per sequence (N, V) stays one: each position reads the columns it needs
@@ -787,8 +800,9 @@ class ContextLSTM(nn.Module):
         projected = self.L(h) if self.L is not None else h  # (N, e)
         if self.class_output is None:
             if uses_blocks(h, bias):  # each row's distribution once, in cache-sized blocks
-                return target_log_softmax(projected, self._output_embedding(), bias, rows, targets)
-            log_probs = F.log_softmax(self._logits(h, bias), dim=-1)  # (N, V)
+                weight = self._output_embedding()
+                return target_log_softmax(projected, weight, bias, rows, targets, self.never)
+            log_probs = F.log_softmax(self._never_filled(self._logits(h, bias)), dim=-1)  # (N, V)
             return log_probs[rows, targets]
         return self.class_output.log_prob(projected[rows], targets, self._output_embedding(), bias)
 
@@ -800,8 +814,11 @@ class ContextLSTM(nn.Module):
         weight = self._output_embedding()
         if self.class_output is None:
             if projected.device.type == "cpu":  # blocks, the biases gathered into the buffer
-                return table_log_softmax(projected, weight, table, contexts, rows, targets)
-            log_probs = F.log_softmax(F.linear(projected, weight) + table[contexts], dim=-1)
+                return table_log_softmax(
+                    projected, weight, table, contexts, rows, targets, self.never
+                )
+            logits = self._never_filled(F.linear(projected, weight) + table[contexts])  # (N, V)
+            log_probs = F.log_softmax(logits, dim=-1)
             return log_probs[rows, targets]
         # one call: each target reads its own context's bias columns from the table
         return self.class_output.log_prob(

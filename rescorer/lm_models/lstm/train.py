@@ -21,6 +21,7 @@ whose sums are added over the processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rescorer.core.errors import InputError
 from rescorer.core.output import atomic_dir, atomic_write, clean_stale
 from rescorer.lm_models.asr_tokens import ASR_TOKENS_FILE, checkpoint_asr_tokens
 from rescorer.lm_models.batching import Batch, Example, bucket_batches, bucket_parts, collate
@@ -475,23 +477,32 @@ def train(
         start = None  # its copy of the weights is not kept through the training
     if resuming:
         try:
-            prev_model, _, _ = load_checkpoint(last, device=device)
+            prev_model, prev_tokens, _ = load_checkpoint(last, device=device)
+            _check_same_run(out_dir, last, model, prev_model, data.vocab.tokens, prev_tokens)
             model.load_state_dict(prev_model.state_dict(), strict=True)
             load_optimizer_state(optimizer, last, device)
             state = json.loads((last / "trainer.json").read_text(encoding="utf-8"))
             logger.info("resuming from %s after epoch %d", last, state["epoch"])
+        except OtherRunError:
+            raise
         except (ValueError, KeyError, OSError) as err:  # a damaged last/ (kill, full disk)
-            state = _fall_back_to_best(best, model, device, err)
+            state = _fall_back_to_best(best, model, device, err, out_dir, data.vocab.tokens)
     split: dict[str, Any] = {k: list(v) for k, v in data.split_ids.items()}
     if data.stream is not None:
         split["train_shards"] = str(data.stream.reader.index.directory)
 
+    def run_files() -> dict[str, str]:
+        """The run's config.json and split.json: name -> text."""
+        return {
+            "config.json": json.dumps(cfg.to_json(), indent=2) + "\n",
+            "split.json": json.dumps(split) + "\n",
+        }
+
     def write_run_files() -> None:
         """The run's config.json and split.json (atomic each)."""
-        with atomic_write(out_dir / "config.json") as fh:
-            fh.write(json.dumps(cfg.to_json(), indent=2) + "\n")
-        with atomic_write(out_dir / "split.json") as fh:
-            fh.write(json.dumps(split) + "\n")
+        for name, text in run_files().items():
+            with atomic_write(out_dir / name) as fh:
+                fh.write(text)
 
     # A new run into a folder holding an earlier run (--no-resume) leaves that run's config
     # beside its weights until its own first checkpoint replaces them (a run that fails before,
@@ -571,12 +582,26 @@ def train(
                 # every epoch so far (tokens, seconds): best/ alone tells how it was trained
                 "log": state["log"],
             }
-            if keeper.best_epoch == record.epoch:
+            new_best = keeper.best_epoch == record.epoch
+            if pending_run_files[0]:
+                # A new run over an earlier one: its first checkpoints and run files are all
+                # written before any replaces the earlier run's (a full disk, or any failure,
+                # leaves the earlier run whole), then swapped in one after the other.
+                with contextlib.ExitStack() as stack:
+                    if new_best:
+                        folder = stack.enter_context(atomic_dir(best))
+                        write_checkpoint(folder, model, data.vocab.tokens, meta, extra)
+                    folder = stack.enter_context(atomic_dir(last))
+                    _write_last(folder, model, optimizer, data.vocab.tokens, meta, state, extra)
+                    for name, text in run_files().items():
+                        fh = stack.enter_context(atomic_write(out_dir / name))
+                        fh.write(text)
+                        fh.flush()  # a full disk says so here, before anything is swapped
+                pending_run_files[0] = False
+                return
+            if new_best:
                 save_checkpoint(best, model, data.vocab.tokens, meta, extra)
             _save_last(last, model, optimizer, data.vocab.tokens, meta, state, extra)
-            if pending_run_files[0]:
-                write_run_files()
-                pending_run_files[0] = False
 
     fit(
         model,
@@ -665,14 +690,51 @@ def start_from(model: WordModel, start: InitCheckpoint, tokens: Sequence[str]) -
     logger.info("starting from the weights of %s", init)
 
 
+class OtherRunError(InputError):
+    """The run folder holds a run of another config (not resumable with this one)."""
+
+
+def _check_same_run(
+    out_dir: Path,
+    folder: Path,
+    model: nn.Module,
+    prev_model: nn.Module,
+    tokens: Sequence[str],
+    prev_tokens: Sequence[str],
+) -> None:
+    """:class:`OtherRunError` unless the checkpoint in ``folder`` (``last/`` or ``best/``) has
+    this run's parameters (names and shapes) and vocabulary: resuming needs the same model."""
+    mine, theirs = model.state_dict(), prev_model.state_dict()
+    differ = sorted(set(mine) ^ set(theirs)) or sorted(
+        k for k in mine if mine[k].shape != theirs[k].shape
+    )
+    if differ:
+        what = f"parameters ({', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''})"
+    elif list(tokens) != list(prev_tokens):
+        what = f"vocabulary ({len(prev_tokens)} units, this data gives {len(tokens)})"
+    else:
+        return
+    raise OtherRunError(
+        f"holds a run of another config: its {folder.name}/ has other {what} than this "
+        "config's model; give --no-resume to start a new run there (it replaces that one), or "
+        "another --out",
+        out_dir,
+    )
+
+
 def _fall_back_to_best(
-    best: Path, model: WordModel, device: torch.device, err: Exception
+    best: Path,
+    model: WordModel,
+    device: torch.device,
+    err: Exception,
+    out_dir: Path,
+    tokens: Sequence[str],
 ) -> dict[str, Any]:
     """Resume from ``best/`` when ``last/`` cannot be read: its weights, a fresh optimizer, and
     the epoch count and log ``best/training.json`` records. No usable ``best/`` either: the
     error says what is wrong with both."""
     try:
-        prev_model, _, meta = load_checkpoint(best, device=device)
+        prev_model, prev_tokens, meta = load_checkpoint(best, device=device)
         epoch = int((meta or {})["epoch"])
         dev_ppl = float((meta or {})["dev_ppl"])
     except (ValueError, KeyError, TypeError, OSError) as best_err:
@@ -680,6 +742,7 @@ def _fall_back_to_best(
             f"cannot resume: last/ is unreadable ({err}) and best/ too ({best_err}); "
             "train again with --no-resume"
         ) from None
+    _check_same_run(out_dir, best, model, prev_model, tokens, prev_tokens)
     model.load_state_dict(prev_model.state_dict(), strict=True)
     log = [e for e in (meta or {}).get("log", []) if int(e.get("epoch", 0)) <= epoch]
     logger.warning(
@@ -710,10 +773,23 @@ def _save_last(
     """Model, optimizer and trainer state, written aside and swapped in whole: a kill leaves
     the previous ``last/`` or the new one (:func:`rescorer.core.output.atomic_dir`)."""
     with atomic_dir(last) as folder:
-        write_checkpoint(folder, model, vocab_tokens, meta, extra_files)
-        save_optimizer_state(optimizer, folder)
-        (folder / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
-        sync_files(folder)
+        _write_last(folder, model, optimizer, vocab_tokens, meta, state, extra_files)
+
+
+def _write_last(
+    folder: Path,
+    model: WordModel,
+    optimizer: torch.optim.Optimizer,
+    vocab_tokens: Sequence[str],
+    meta: Mapping[str, Any],
+    state: Mapping[str, Any],
+    extra_files: Mapping[str, str | bytes],
+) -> None:
+    """The files of ``last/`` written and synced into the empty ``folder``."""
+    write_checkpoint(folder, model, vocab_tokens, meta, extra_files)
+    save_optimizer_state(optimizer, folder)
+    (folder / "trainer.json").write_text(json.dumps(state) + "\n", encoding="utf-8")
+    sync_files(folder)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

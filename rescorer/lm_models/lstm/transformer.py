@@ -15,6 +15,8 @@ Notation: e embedding size, d model width, H heads, T time steps, N batch.
     x_l+1 = x_l + Attn(LN(x_l)); x_l+1 += FFN(LN(x_l+1))   (pre-norm, causal self-attention)
     log p = log_softmax(E P_out LN(x_L) + b_out)     (tied embedding, as the LSTM's eq. 5)
 
+As for the LSTM, ``<s>`` is never predicted: log p(<s>) = -inf, the rest normalised without it.
+
 Scoring runs one position at a time over a prefix tree (:class:`rescorer.lms.torch.TorchLM`),
 as for the LSTM; the state is the key/value cache of every layer, ``(k, v)`` each
 ``(layers, N, H, t, d / H)`` after t positions, so that the scorer's gathers and concatenations
@@ -148,6 +150,7 @@ class CausalTransformerLM(nn.Module):
     """The Transformer LM; the methods the LSTM's trainer and scorer call, with its meanings."""
 
     adaptive = False  # takes no context
+    never: Tensor  # (1,) the units never predicted: <s> (a buffer, not saved)
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -169,6 +172,8 @@ class CausalTransformerLM(nn.Module):
             if c.word_classes
             else None
         )
+        # Units the full softmax never predicts (as the LSTM's): derived, not saved.
+        self.register_buffer("never", torch.tensor([BOS_ID], dtype=torch.long), persistent=False)
         self._reset_parameters()
 
     @torch.no_grad()
@@ -247,7 +252,8 @@ class CausalTransformerLM(nn.Module):
         """(N, T) -> (N, T, V) natural-log next-unit distributions."""
         z = self.L(self.hidden(tokens))
         if self.class_output is None:
-            return F.log_softmax(F.linear(z, self.embedding.weight, self.b_out), dim=-1)
+            logits = F.linear(z, self.embedding.weight, self.b_out)
+            return F.log_softmax(logits.index_fill(-1, self.never, -math.inf), dim=-1)
         return self.class_output.log_probs(z, self.embedding.weight, self.b_out)
 
     def _target_values(self, z: Tensor, rows: Tensor, targets: Tensor) -> Tensor:
@@ -256,8 +262,9 @@ class CausalTransformerLM(nn.Module):
         if self.class_output is not None:
             return self.class_output.log_prob(z[rows], targets, weight, bias)
         if uses_blocks(z, bias):  # the CPU path: cache-sized blocks, no (M, V) tensor
-            return target_log_softmax(z, weight, bias, rows, targets)
-        return F.log_softmax(F.linear(z, weight, bias), dim=-1)[rows, targets]
+            return target_log_softmax(z, weight, bias, rows, targets, self.never)
+        logits = F.linear(z, weight, bias).index_fill(-1, self.never, -math.inf)
+        return F.log_softmax(logits, dim=-1)[rows, targets]
 
     def target_log_probs(
         self, inputs: Tensor, targets: Tensor, context: Any = None, mask: Tensor | None = None

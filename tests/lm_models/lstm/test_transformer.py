@@ -243,4 +243,38 @@ def test_a_context_mode_or_a_history_is_refused_in_one_line(tmp_path: Path) -> N
 
 def test_export_refuses_a_transformer_in_one_line(ckpt: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["export", str(ckpt), str(tmp_path / "m.onnx")])
-    assert res.exit_code == 2 and "CausalTransformerLM; export takes ContextLSTM" in res.output
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert "a CausalTransformerLM checkpoint: `export` takes a context LSTM's" in res.output
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_the_full_softmax_never_predicts_the_start_in_every_path(
+    blocks: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the class-factored layer: P(<s>) = 0 and the other units sum to 1, in the whole
+    distribution, the targets and the scorer's rows, with blocks (CPU) or without (GPU)."""
+    if not blocks:
+        monkeypatch.setattr(
+            "rescorer.lm_models.lstm.transformer.uses_blocks", lambda *a, **k: False
+        )
+    model = make_model(classes=False)
+    assert not [k for k in model.state_dict() if "never" in k]  # derived: no checkpoint change
+    x = torch.randint(3, len(VOCAB), (3, 7))
+    with torch.no_grad():
+        logp = model.log_probs(x)
+        logits = model.output_logits(model.hidden(x)).double()
+        logits[..., BOS_ID] = -torch.inf
+        want = torch.log_softmax(logits, -1)
+        assert torch.isneginf(logp[..., BOS_ID]).all()
+        torch.testing.assert_close(logp.double(), want, atol=1e-5, rtol=0)
+        torch.testing.assert_close(logp.exp().sum(-1), torch.ones(3, 7), atol=1e-5, rtol=0)
+        tgt = torch.randint(2, len(VOCAB), (3, 7))
+        tgt[1, 2] = BOS_ID
+        got = model.target_log_probs(x, tgt)
+        torch.testing.assert_close(
+            got.double(), want.gather(2, tgt.unsqueeze(2)).squeeze(2), atol=1e-5, rtol=0
+        )
+        h = model.hidden(x)[:, -1]  # (3, d)
+        rows, targets = torch.tensor([0, 1, 1, 2]), torch.tensor([BOS_ID, 5, 2, 9])
+        at = model.log_probs_at(h, rows, targets, model.adapt())
+        torch.testing.assert_close(at.double(), want[:, -1][rows, targets], atol=1e-5, rtol=0)

@@ -644,6 +644,7 @@ def _check_one_line(result: Result, damaged: Path) -> None:
     assert str(damaged) in errors[0] or str(damaged.parent) in errors[0], errors[0]
 
 
+@pytest.mark.bad_input("traceback")
 @pytest.mark.parametrize(("slot", "damage", "certain"), CASES)
 def test_bad_input(
     slot: Slot, damage: Damage, certain: bool, clean: dict[str, Path], tmp_path: Path
@@ -701,6 +702,7 @@ _TIMES = re.compile(r"[0-9.]+ ms|[0-9.]+ ?s\b")
 _TIMES_B = re.compile(rb'"(ms|seconds|latency_ms)": [0-9.e-]+')
 
 
+@pytest.mark.bad_input("silent")
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("slot", SLOTS, ids=lambda s: s.id)
 def test_bom_and_line_ends_give_identical_results(
@@ -710,6 +712,7 @@ def test_bom_and_line_ends_give_identical_results(
     assert _run_normalised(slot, clean, tmp_path / variant, variant) == base
 
 
+@pytest.mark.bad_input("silent")
 def test_crlf_trn_reference_is_not_a_word_error(clean: dict[str, Path], tmp_path: Path) -> None:
     """The issue's case: a BOM in a trn reference added a word error (WER 1.98 -> 2.20)."""
     ref = tmp_path / "ref.trn"
@@ -720,6 +723,7 @@ def test_crlf_trn_reference_is_not_a_word_error(clean: dict[str, Path], tmp_path
     assert with_bom.output.split("[")[1] == plain.output.split("[")[1]
 
 
+@pytest.mark.bad_input("silent")
 def test_cr_only_lines_are_lines(clean: dict[str, Path], tmp_path: Path) -> None:
     """CR-only line ends used to merge a whole file into one line ("1 sentences")."""
     text = tmp_path / "cr.txt"
@@ -728,6 +732,7 @@ def test_cr_only_lines_are_lines(clean: dict[str, Path], tmp_path: Path) -> None
     assert result.exit_code == 0 and result.output.startswith("3 sentences, 6 words"), result.output
 
 
+@pytest.mark.bad_input("traceback")
 def test_special_input_files(clean: dict[str, Path], tmp_path: Path) -> None:
     """A FIFO holding a reference is read (process substitution); a socket is refused."""
     import socket

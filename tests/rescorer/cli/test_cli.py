@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 
 from rescorer.cli.main import main
 from rescorer.formats import read_nbest
+from tests.rescorer.cli.commands import leaf_commands
 
 LN10 = math.log(10.0)
 Factory = Callable[..., Path]
@@ -486,8 +487,10 @@ def test_tune_from_initial_weights(tmp_path: Path, tune_set: Path) -> None:
     args = ["--features", "decoder,lm", "--init", init, "--restarts", "0", "--out", out]
     result = run(["tune", "--nbest", tune_set, "--ref", ref, *args])
     assert result.exit_code == 0, result.output
-    # Those initial weights already select the oracle hypotheses.
-    assert result.output.splitlines()[0] == "initial %WER 4.17 [ 1 / 24 ]"
+    # "initial" is the lists' own order; the initial weights already select the oracle
+    # hypotheses, where the one start (restarts 0) ends.
+    assert result.output.splitlines()[0] == "initial %WER 25.00 [ 6 / 24 ]"
+    assert "(1 starts, best errors per start [1]," in result.output.splitlines()[1]
     assert json.loads(out.read_text(encoding="utf-8"))["meta"]["dev_errors"] == 1
     bad = write_weights(tmp_path / "len.json", {"decoder": 1.0}, length=0.5)
     args = ["--features", "decoder,lm", "--init", bad, "--no-length", "--out", out]
@@ -953,28 +956,10 @@ def test_a_folder_argument_that_is_not_a_folder_is_one_line(
     assert_input_error(result, "expected an existing folder", f"found {found} there")
 
 
-def _all_commands() -> list[tuple[str, click.Command]]:
-    """Every (sub)command of the entry point, by its full name."""
-    found: list[tuple[str, click.Command]] = []
-
-    def walk(prefix: str, group: click.Group) -> None:
-        ctx = click.Context(group)
-        for name in group.list_commands(ctx):
-            command = group.get_command(ctx, name)
-            assert command is not None
-            if isinstance(command, click.Group):
-                walk(f"{prefix}{name} ", command)
-            else:
-                found.append((f"{prefix}{name}", command))
-
-    walk("", main)
-    return found
-
-
 def test_every_seed_option_takes_only_a_generator_seed() -> None:
     """A seed numpy and torch cannot take (-1, 2**70) is refused naming --seed (issues 51/52),
     not by numpy's "expected non-negative integer" or a traceback."""
-    seeded = [(n, p) for n, c in _all_commands() for p in c.params if p.name == "seed"]
+    seeded = [(n, p) for n, c in leaf_commands() for p in c.params if p.name == "seed"]
     assert len(seeded) >= 5
     for name, param in seeded:
         assert isinstance(param.type, click.IntRange), name

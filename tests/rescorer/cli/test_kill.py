@@ -18,8 +18,9 @@ What a ``kill -9`` can leave (it runs no cleanup; see :mod:`rescorer.core.output
   it back, and ``load_checkpoint`` reads it meanwhile. That window is tested by injecting the
   crash between the renames.
 
-The next write of the same target removes every such leftover whose process is gone (a live
-process's are left alone); readers never look at these hidden names. The tests assert both.
+The next write of the same target (or of any other in the same folder, see
+``test_reliability.py``) removes every such leftover whose process is gone (a live process's are
+left alone); readers never look at these hidden names. The tests assert both.
 """
 
 from __future__ import annotations
@@ -234,6 +235,7 @@ def write_weights(path: Path, features: dict[str, float], length: float) -> Path
 # -- rescore --out DIR and convert --to espnet ----------------------------------------------------
 
 
+@pytest.mark.bad_input("interrupted")
 @pytest.mark.slow
 def test_kill_rescore_leaves_the_old_or_the_new_set(espnet_dir: Path, tmp_path: Path) -> None:
     nbest = sample_espnet(espnet_dir / "dev_clean", tmp_path / "set", 0, 400, 30)
@@ -266,6 +268,7 @@ def test_kill_rescore_leaves_the_old_or_the_new_set(espnet_dir: Path, tmp_path: 
     kill_repeatedly(new_cmd, target, old, new, restore)
 
 
+@pytest.mark.bad_input("interrupted")
 @pytest.mark.slow
 def test_kill_convert_to_espnet_over_an_older_set(espnet_dir: Path, tmp_path: Path) -> None:
     older = sample_espnet(espnet_dir / "dev_clean", tmp_path / "older", 0, 200, 30)
@@ -381,6 +384,7 @@ def check_checkpoint(folder: Path, pair: list) -> int:  # type: ignore[type-arg]
     return i
 
 
+@pytest.mark.bad_input("interrupted")
 @pytest.mark.slow
 def test_kill_during_checkpoint_saves(tmp_path: Path) -> None:
     from rescorer.lm_models.checkpoint import save_checkpoint
@@ -445,6 +449,7 @@ def crash_between_renames(name: str, body: str) -> None:
     assert proc.returncode == 137, proc.stderr.decode()
 
 
+@pytest.mark.bad_input("interrupted")
 def test_checkpoint_lost_between_two_renames_loads_and_is_put_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -482,6 +487,7 @@ save_checkpoint({str(tmp_path / "ckpt")!r}, ContextLSTM(LSTMConfig(vocab_size=5)
     assert load_checkpoint(tmp_path / "ckpt")[2] == {"i": 3}
 
 
+@pytest.mark.bad_input("interrupted")
 @pytest.mark.slow
 def test_training_resumes_after_a_crash_between_the_renames_of_last(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -548,6 +554,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.bad_input("silent")
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("kind", ["fifo", "dev-null", "link-to-dev-null", "link-to-fifo"])
 def test_special_file_targets_are_refused_and_untouched(
@@ -584,6 +591,7 @@ def test_special_file_targets_are_refused_and_untouched(
         assert leftovers(target.parent, Path(os.path.realpath(target)).name) == {}
 
 
+@pytest.mark.bad_input("silent")
 def test_links_to_a_file_or_folder_are_written_through(tmp_path: Path, small_weights: Path) -> None:
     real_file = tmp_path / "real.jsonl"
     real_file.write_text("old\n", encoding="utf-8")

@@ -25,29 +25,13 @@ from rescorer.cli.options import (
     ScoreDirType,
     outputs_and_inputs,
 )
-
-
-def _commands() -> list[tuple[str, click.Command]]:
-    found: list[tuple[str, click.Command]] = []
-
-    def walk(prefix: list[str], group: click.Group) -> None:
-        ctx = click.Context(group)
-        for name in group.list_commands(ctx):
-            command = group.get_command(ctx, name)
-            assert command is not None
-            if isinstance(command, click.Group):
-                walk([*prefix, name], command)
-            else:
-                found.append((" ".join([*prefix, name]), command))
-
-    walk([], main)
-    return found
+from tests.rescorer.cli.commands import leaf_commands
 
 
 def _pairs() -> list[tuple[str, str, str]]:
     """(command, output option, input option) for every output/input pair of every command."""
     pairs = []
-    for name, command in _commands():
+    for name, command in leaf_commands():
         outs, ins = outputs_and_inputs(command)
         for out in outs:
             for inp in ins:
@@ -70,6 +54,11 @@ def test_the_property_covers_the_commands_of_the_issue() -> None:
     ]:  # fmt: skip
         assert case in named, case
     assert len(PAIRS) >= 40
+    # every path a command writes is typed as one (what the check and this property rely on)
+    for name, command in leaf_commands():
+        for param in command.params:
+            if param.name and (param.name.startswith("out") or param.name.endswith("_out")):
+                assert isinstance(param.type, OutputPath), (name, param.name)
 
 
 def _filler(param: click.Parameter, tmp: Path) -> str:
@@ -117,12 +106,13 @@ def _args(cmd: click.Command, given: dict[str, str], tmp: Path) -> list[str]:
     return args
 
 
+@pytest.mark.bad_input("silent")
 @pytest.mark.parametrize("how", ["same", "symlink", "hardlink"])
 @pytest.mark.parametrize(("command", "out_opt", "in_opt"), PAIRS)
 def test_an_output_onto_an_input_is_refused(
     tmp_path: Path, command: str, out_opt: str, in_opt: str, how: str
 ) -> None:
-    _, cmd = next(c for c in _commands() if c[0] == command)
+    _, cmd = next(c for c in leaf_commands() if c[0] == command)
     param = next(p for p in cmd.params if (p.opts[0] if p.opts else p.name) == in_opt)
     is_folder = isinstance(param.type, (InputFolder, ScoreDirType))
     source = tmp_path / "input"
@@ -159,14 +149,15 @@ def test_an_output_onto_an_input_is_refused(
 
 
 OUTPUTS = sorted(
-    {(name, p.opts[0]) for name, c in _commands() for p in outputs_and_inputs(c)[0] if p.opts}
+    {(name, p.opts[0]) for name, c in leaf_commands() for p in outputs_and_inputs(c)[0] if p.opts}
 )
 
 
+@pytest.mark.bad_input("silent")
 @pytest.mark.parametrize(("command", "out_opt"), OUTPUTS)
 def test_an_empty_output_path_is_refused(tmp_path: Path, command: str, out_opt: str) -> None:
     """issue 51: `rescore --out ""` was taken as the current folder."""
-    _, cmd = next(c for c in _commands() if c[0] == command)
+    _, cmd = next(c for c in leaf_commands() if c[0] == command)
     args = [*command.split(), *_args(cmd, {out_opt: ""}, tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, (args, result.output)

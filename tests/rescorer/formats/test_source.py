@@ -126,3 +126,23 @@ def test_bad_chunk_size_is_refused(tmp_path: Path) -> None:
     write_jsonl(random_nbest(n=3), path)
     with pytest.raises(ValueError, match="at least 1 hypothesis, got 0"):
         list(open_nbest(path, "jsonl").chunks(0))
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_head_cuts_every_list_as_it_is_read(tmp_path: Path, lazy: bool) -> None:
+    """--max-nbest K: the first K hypotheses of each list, read lazily or whole alike."""
+    nbest = random_nbest(60, seed=3)
+    path = tmp_path / "set.jsonl"
+    write_jsonl(nbest, path)
+    full = open_nbest(path, "jsonl") if lazy else NBestSource.of(read_jsonl(path), path, "jsonl")
+    assert full.streamed is lazy
+    cut = full.head(2)
+    assert full.head(None) is full
+    assert cut.sizes == tuple(min(n, 2) for n in full.sizes)
+    assert cut.max_size() == 2 and cut.num_hyps() == sum(cut.sizes)
+    lists = [nb for chunk in cut.chunks(7) for nb in chunk.values()]
+    assert [nb.hyps for nb in lists] == [nbest[u].hyps[:2] for u in nbest]
+    assert cut.load().references == nbest.references
+    assert cut.head(5).sizes == cut.sizes  # a larger K does not undo a cut
+    with pytest.raises(ValueError, match="at least 1"):
+        full.head(0)

@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -35,9 +36,10 @@ SENTENCES = [
 ]
 
 
-def build_tiny_gpt2(out: Path) -> Path:
+def tiny_tokenizer() -> Any:
+    """A byte-level BPE tokenizer trained on TEXT (GPT-2's conventions)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -50,15 +52,38 @@ def build_tiny_gpt2(out: Path) -> Path:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
     )
-    fast = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
     )
+
+
+def build_tiny_gpt2(out: Path) -> Path:
+    """A tiny random GPT-2 (learned positions, 64 of them) with the tiny tokenizer."""
+    from transformers import GPT2LMHeadModel
+
+    fast = tiny_tokenizer()
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         vocab_size=len(fast), n_positions=64, n_embd=16, n_layer=2, n_head=2,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
     )  # fmt: skip
     GPT2LMHeadModel(config).save_pretrained(out, safe_serialization=True)
+    fast.save_pretrained(out)
+    return out
+
+
+def build_tiny_llama(out: Path) -> Path:
+    """A tiny random Llama (rotary positions, a limit of 64) with the tiny tokenizer."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(fast), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+        bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(out, safe_serialization=True)
     fast.save_pretrained(out)
     return out
 
@@ -294,3 +319,41 @@ def test_prefix_cache_equals_the_uncached_path(tiny: Path) -> None:
         assert cached.stats.computed < plain.stats.computed
     with pytest.raises(ValueError, match="prefix_cache must be True or False, got 'yes'"):
         HFCausalLM(tiny, device="cpu", prefix_cache="yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_prefix_cache_on_bundles_mixing_long_prefixes_and_long_suffixes(
+    tiny: Path, tmp_path: Path, family: str
+) -> None:
+    """Every sentence fits the model's 64 positions, but one bundle holds a group with a long
+    shared prefix (50 of 59 pieces) and one with a short prefix and long suffixes (8 of 50):
+    the padded slots of the first group's rows must not be numbered past the limit (GPT-2's
+    learned positions raised IndexError), and the values equal the uncached ones."""
+    path = tiny if family == "gpt2" else build_tiny_llama(tmp_path / "llama")
+    plain = HFCausalLM(path, device="cpu", prefix_cache=False)
+    cached = HFCausalLM(path, device="cpu", prefix_cache=True)
+    assert cached.prefix_cache and cached.max_positions == 64
+    rng = np.random.default_rng(0)
+    vocab = len(cached.tokenizer)
+
+    def pieces(n: int) -> list[int]:
+        return [int(i) for i in rng.integers(0, vocab, n)]
+
+    long_prefix, short_prefix = pieces(50), pieces(8)
+    sequences = [
+        long_prefix + pieces(9),  # 59 pieces: 60 positions with BOS
+        long_prefix + pieces(9),
+        short_prefix + pieces(42),  # 50 pieces, rows of 43 on an 8-piece prefix
+        short_prefix + pieces(42),
+        long_prefix + pieces(13),  # 63 pieces: at the limit
+        long_prefix,  # the prefix alone
+    ]
+    order = sorted(range(len(sequences)), key=lambda i: sequences[i])
+    groups = cached._prefix_groups(sequences, order)
+    assert sorted(sorted(m) for m, _ in groups) == [[0, 1, 4, 5], [2, 3]]
+    assert len(cached._bundles(sequences, groups)) == 1  # both groups in one bundle
+    want = plain._piece_logprobs(sequences)
+    got = cached._piece_logprobs(sequences)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-5)
+    assert cached.stats.computed < plain.stats.computed

@@ -62,7 +62,9 @@ def expected(lm: TorchLM, words: Sequence[str], cache_text: str) -> np.ndarray:
                     units.append(unit)
         x = ids_of(words)
         h = model.hidden(torch.tensor([[1, *x]]))[0]  # (T + 1, d)
-        p_lm = torch.softmax(model.output_logits(h[None])[0], dim=-1)  # (T + 1, V)
+        logits = model.output_logits(h[None])[0]  # (T + 1, V)
+        logits[:, 1] = -math.inf  # <s> is never predicted
+        p_lm = torch.softmax(logits, dim=-1)  # (T + 1, V)
         out = []
         for t, target in enumerate([*x, 2]):
             p = (1 - LAM) * float(p_lm[t, target])
