@@ -13,27 +13,35 @@ Measured in one run, one thread, as ratios:
 
   1. training tokens/s (forward, backward, Adam step), timed interleaved (A B C C B A ...; the
      median of the rounds), and the hours an epoch of the novels takes;
-  2. the dev perplexity each reaches in the same wall time of training, from the same batches
+  2. the dev perplexity each reaches in the same CPU time of training, from the same batches
      (exact normalised probabilities);
   3. the time to score the 30-best lists of the first dev_other utterances through ``torch:``
      (``TorchLM``: the prefix tree; the LSTM's state or the Transformer's key/value cache).
 
+Times are CPU seconds of this process on ``--threads`` threads (default 1); the scoring runs of
+the architectures take turns in each round (medians). The text is the LibriSpeech recipe's
+``exp/lm/books.txt``; a ``--smoke`` run uses Gutenberg sentences when it is missing.
+
     .venv/bin/python bench/bench_arch.py [--seconds 300] [--archs lstm,transformer:2,transformer:4]
+        [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import functools
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+import benchlib  # noqa: E402, I001  (first: the load average at the start)
 from bench_output import (  # noqa: E402
     BOOK_WORDS,
     BOOKS,
@@ -44,9 +52,6 @@ from bench_output import (  # noqa: E402
     throughput,
 )
 
-from rescorer.core.data import default_data_dir  # noqa: E402
-from rescorer.core.machine import describe_machine  # noqa: E402
-from rescorer.core.output import atomic_write  # noqa: E402
 from rescorer.formats import read_nbest  # noqa: E402
 from rescorer.lm_models.checkpoint import save_checkpoint  # noqa: E402
 from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig  # noqa: E402
@@ -61,17 +66,11 @@ SHORTLIST, CLUSTERS = 2000, 8  # the recipe's output layer (conf/context_cpu/wor
 LR = {"lstm": 2e-3, "transformer": 1e-3}
 
 
-def shown(path: Path) -> str:
-    """``path`` as the command line would give it from the repository root."""
-    full = path.resolve()
-    return str(full.relative_to(REPO)) if full.is_relative_to(REPO) else str(path)
-
-
-def make_arch(corpus: Corpus, arch: str, seed: int) -> torch.nn.Module:
+def make_arch(corpus: Corpus, arch: str, seed: int, shortlist: int = SHORTLIST) -> torch.nn.Module:
     """``lstm`` or ``transformer:L`` over ``corpus``'s vocabulary, the same output layer."""
     counts = list(corpus.counts)
     counts[BOS] = 0  # never predicted: in the last cluster, not a class of its own
-    classes = tuple(shortlist_classes(counts, SHORTLIST, CLUSTERS))
+    classes = tuple(shortlist_classes(counts, shortlist, CLUSTERS))
     torch.manual_seed(seed)
     if arch == "lstm":
         return ContextLSTM(
@@ -93,21 +92,27 @@ def make_arch(corpus: Corpus, arch: str, seed: int) -> torch.nn.Module:
     return CausalTransformerLM(cfg)
 
 
-def scoring_seconds(corpus: Corpus, arch: str, sentences: list[list[str]], repeat: int) -> float:
-    """Best of ``repeat`` times to score ``sentences`` with ``torch:`` (initial weights: the
-    time does not depend on them)."""
+def scoring_seconds(
+    corpus: Corpus, archs: list[str], sentences: list[list[str]], repeat: int, factory: Any
+) -> dict[str, float]:
+    """Median CPU seconds to score ``sentences`` with ``torch:`` per architecture, the
+    architectures taking turns in each of ``repeat`` rounds (initial weights: the time does not
+    depend on them)."""
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = save_checkpoint(
-            Path(tmp) / arch.replace(":", "_"), make_arch(corpus, arch, 0), corpus.tokens
-        )
-        lm = TorchLM(ckpt, device="cpu")  # case auto: the books and lists are upper case
-        lm.sentence_logprobs(sentences[:30])  # warm-up
-        best = float("inf")
+        lms = {}
+        for arch in archs:
+            ckpt = save_checkpoint(
+                Path(tmp) / arch.replace(":", "_"), factory(corpus, arch, 0), corpus.tokens
+            )
+            lms[arch] = TorchLM(ckpt, device="cpu")  # case auto: books and lists upper case
+            lms[arch].sentence_logprobs(sentences[:30])  # warm-up
+        times: dict[str, list[float]] = {arch: [] for arch in archs}
         for _ in range(repeat):
-            t0 = time.perf_counter()
-            lm.sentence_logprobs(sentences)
-            best = min(best, time.perf_counter() - t0)
-    return best
+            for arch, lm in lms.items():
+                t0 = time.process_time()
+                lm.sentence_logprobs(sentences)
+                times[arch].append(time.process_time() - t0)
+    return {arch: statistics.median(t) for arch, t in times.items()}
 
 
 def main() -> None:
@@ -124,23 +129,27 @@ def main() -> None:
         default="",
         help="Also train each Transformer at these learning rates (same time; a table of its own).",
     )
-    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    benchlib.add_common(ap)
     args = ap.parse_args()
+    benchlib.smoke(args, sentences=1000, size=2000, archs="lstm,transformer:1", rounds=1,
+                   seconds=0.5, utterances=2)  # fmt: skip
     archs = args.archs.split(",")
-    sentences, dev_rows, train_rows = load_split(args.text, args.sentences, args.threads)
+    sentences, dev_rows, train_rows = load_split(
+        args.text, args.sentences, args.threads, args.smoke
+    )
     corpus = Corpus(sentences, args.size)
-    params = {a: sum(p.numel() for p in make_arch(corpus, a, 0).parameters()) for a in archs}
+    # the recipe's shortlist, a smaller one for a smoke run's small vocabulary
+    make = functools.partial(make_arch, shortlist=200 if args.smoke else SHORTLIST)
+    params = {a: sum(p.numel() for p in make(corpus, a, 0).parameters()) for a in archs}
     lines = [
-        "# LSTM vs small causal Transformer: training cost and perplexity per CPU-second",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {describe_machine()}; torch threads: {args.threads}",
-        f"- Command: `.venv/bin/python bench/bench_arch.py --seconds {args.seconds:g} "
-        f"--archs {args.archs}"
-        + (f" --sweep-lrs {args.sweep_lrs}" if args.sweep_lrs else "")
-        + (f" --out {shown(args.out)}" if args.out.resolve() != DEFAULT_OUT else "")
-        + "`",
+        *benchlib.header(
+            "LSTM vs small causal Transformer: training cost and perplexity per CPU-second",
+            threads=args.threads,
+            ratios="x lstm; the same-CPU-time perplexities compare across machines of like "
+            "speed only",
+            absolute="tokens/s (per CPU-second), the epoch hours, the scoring seconds",
+        ),
         f"- Text: {len(sentences):,} sentences of `{args.text.name}` (shuffled; 2,000 held out "
         f"for dev); V = {corpus.vocab_size:,}; output layer: class-factored, the {SHORTLIST:,} "
         f"most frequent words each a class and the rest in {CLUSTERS} clusters (exact)",
@@ -153,17 +162,15 @@ def main() -> None:
         f"| scoring {args.utterances} dev_other lists | x lstm |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    nbest = read_nbest(default_data_dir() / "nbest" / "librispeech-espnet" / "dev_other", "espnet")
+    nbest = read_nbest(benchlib.nbest_dir("dev_other"), "espnet")
     hyps = [h.words for u in list(nbest)[: args.utterances] for h in nbest[u]]
     known = set(corpus.tokens)
     oov = sum(w not in known for h in hyps for w in h) / max(1, sum(len(h) for h in hyps))
-    scoring = {a: scoring_seconds(corpus, a, hyps, args.rounds) for a in archs}
-    rates = throughput(corpus, archs, train_rows[:400], args.rounds, make_arch)
+    scoring = scoring_seconds(corpus, archs, hyps, args.rounds, make)
+    rates = throughput(corpus, archs, train_rows[: 64 if args.smoke else 400], args.rounds, make)
     for arch in archs:
         lr = LR[arch.partition(":")[0]]
-        ppl, seen = same_time_perplexity(
-            corpus, arch, train_rows, dev_rows, args.seconds, make_arch, lr
-        )
+        ppl, seen = same_time_perplexity(corpus, arch, train_rows, dev_rows, args.seconds, make, lr)
         hours = BOOK_WORDS / rates[arch] / 3600
         lines.append(
             f"| {arch} | {params[arch] / 1e6:.1f} M | {rates[arch]:,.0f} | "
@@ -183,9 +190,7 @@ def main() -> None:
         ]
         for arch in (a for a in archs if a != "lstm"):
             cells = [
-                same_time_perplexity(
-                    corpus, arch, train_rows, dev_rows, args.seconds, make_arch, lr
-                )[0]
+                same_time_perplexity(corpus, arch, train_rows, dev_rows, args.seconds, make, lr)[0]
                 for lr in sweep
             ]
             lines.append(f"| {arch} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
@@ -194,8 +199,8 @@ def main() -> None:
         "",
         "Tokens/s: median of the interleaved rounds on the same 400 sentences. Same-time "
         "perplexity: each model trains from its seed-0 initialisation on the same batches (64 "
-        "sentences of at most 40 words) for the same wall time, then scores the dev sentences "
-        "with its exact probabilities (`</s>` included, <unk> as a word). Scoring: the best of "
+        "sentences of at most 40 words) for the same CPU time, then scores the dev sentences "
+        "with its exact probabilities (`</s>` included, <unk> as a word). Scoring: the median of "
         f"the rounds for the {len(hyps):,} hypotheses of the first {args.utterances} dev_other "
         "30-best lists through `TorchLM` (one call; a prefix tree, each depth one batch; "
         f"{100 * oov:.1f} % of their words outside V). "
@@ -203,9 +208,7 @@ def main() -> None:
         "(`docs/experiments/librispeech_arch_cpu.md`) train each for the LSTM twin's 30 minutes.",
         "",
     ]
-    with atomic_write(args.out) as fh:
-        fh.write("\n".join(lines))
-    print(f"wrote {args.out}")
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ A small FactorCell whose one context variable is the text of the previous senten
 good: this measures speed). The contexts of dev_other are built by ``rescorer context build
 --previous 3`` (the first-pass 1-best of the 3 utterances before each one in its chapter), and
 the first ``--utterances`` 30-best lists are scored through ``TorchLM``, all in this process,
-one thread, runs interleaved over ``--rounds`` rounds:
+``--threads`` threads (default 1), runs interleaved over ``--rounds`` rounds:
 
 1. no context (one prefix tree per list, one set of weights);
 2. each utterance its own previous text, scored as forests (the default), the text vectors
@@ -32,12 +32,12 @@ runs them once per utterance before the list's tree; those steps are counted).
 
     .venv/bin/python bench/bench_context_scoring.py [--utterances 300] [--rounds 3]
         [--encoder hash:256] [--train-steps 40] [--history-model DIR] [--cache-model DIR]
+        [--threads 1] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -51,19 +51,24 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import benchlib  # noqa: E402  (first of the project's: the load average at the start)
+
 BLOCK = 30  # sentences per training document: a LibriSpeech chapter's order of magnitude
 BOOKS = ("Kipling_Captains_1896.txt", "Forster_Angels_1905.txt", "Bennet_Helen_1910.txt")
 
 
-def training_text(books_dir: Path, out: Path) -> tuple[int, int]:
+def training_text(books_dir: Path, out: Path, limit: int | None = None) -> tuple[int, int]:
     """The books as lower-cased, tokenised sentences in blocks of BLOCK (blank lines between):
-    consecutive sentences as consecutive utterances. Returns (sentences, words)."""
+    consecutive sentences as consecutive utterances; the first ``limit`` sentences of each
+    book. Returns (sentences, words)."""
     from rescorer.lm_models.corpora import book_sentences
 
     n_sent = n_words = 0
     with open(out, "w", encoding="utf-8") as f:
         for name in BOOKS:
             sentences = book_sentences((books_dir / name).read_text(encoding="utf-8-sig"))
+            sentences = sentences[:limit]
             for i, words in enumerate(sentences):
                 f.write(" ".join(words) + "\n")
                 if (i + 1) % BLOCK == 0:
@@ -107,7 +112,7 @@ def build_contexts(nbest_dir: Path, out: Path, previous: int = 3) -> None:
     """dev_other's contexts by the CLI, as a user makes them."""
     cmd = [sys.executable, "-m", "rescorer", "-q", "context", "build", "--nbest", str(nbest_dir)]
     cmd += ["--previous", str(previous), "--out", str(out)]
-    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    subprocess.run(cmd, check=True, cwd=REPO, env=benchlib.child_env(1))
 
 
 def stats(values: list[float]) -> tuple[float, float]:
@@ -218,7 +223,7 @@ def measure(
         f"The first {utterances} dev_other 30-best lists ({len(sentences):,} hypotheses); "
         f"{with_text} of the {utterances} utterances have a previous text (a chapter's first "
         f"has none: the expected context), {len(distinct):,} distinct "
-        f"contexts. 1 thread, in-process, interleaved, {rounds} rounds.",
+        f"contexts. In-process, interleaved, {rounds} rounds.",
         "",
         *rows,
     ]
@@ -266,7 +271,7 @@ def measure_history(
     return [
         f"History model `{ckpt}`: e={cfg.embed_dim}, d={cfg.hidden_dim}, {cfg.num_layers} "
         f"layer(s), V={cfg.vocab_size:,}, history field `{cfg.history}`; the same "
-        f"{len(sentences):,} hypotheses, {history_words:,} history words in all. 1 thread, "
+        f"{len(sentences):,} hypotheses, {history_words:,} history words in all; "
         f"interleaved, {rounds} rounds.",
         "",
         *rows,
@@ -304,7 +309,7 @@ def measure_cache(
         f"Word LSTM `{ckpt}`: e={cfg.embed_dim}, d={cfg.hidden_dim}, {cfg.num_layers} "
         f"layer(s), V={cfg.vocab_size:,}; theta 0.5, lambda 0.05; the same "
         f"{len(sentences):,} hypotheses, their caches {cache_words:,} words in all (up to 100 "
-        f"earlier utterances each). 1 thread, interleaved, {rounds} rounds.",
+        f"earlier utterances each). Interleaved, {rounds} rounds.",
         "",
         *rows,
         "",
@@ -341,12 +346,6 @@ def minilm_cost(ctx_file: Path, nbest_dir: Path, utterances: int) -> str | None:
 
 
 def main() -> None:
-    sys.path.insert(0, str(REPO))
-    from rescorer.core import runtime
-    from rescorer.core.data import default_data_dir
-    from rescorer.core.machine import cpu_name
-    from rescorer.core.output import atomic_write
-
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--utterances", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=3)
@@ -354,16 +353,18 @@ def main() -> None:
     ap.add_argument("--train-steps", type=int, default=40)
     ap.add_argument("--history-model", type=Path, default=None)
     ap.add_argument("--cache-model", type=Path, default=None)
-    ap.add_argument("--data-dir", type=Path, default=default_data_dir())
+    ap.add_argument("--data-dir", type=Path, default=benchlib.data_dir())
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "context_scoring.md")
+    benchlib.add_common(ap)
     args = ap.parse_args()
-    runtime.configure(runtime.RuntimeOptions(threads=1, keep_freed_memory=True))
-    runtime.apply_to_torch()
+    benchlib.smoke(args, utterances=3, rounds=1, train_steps=2)
+    threads = benchlib.pin_threads(args.threads)
     nbest_dir = args.data_dir / "nbest" / "librispeech-espnet" / "dev_other"
-    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        n_sent, n_words = training_text(args.data_dir / "corpora" / "gutenberg", tmp / "books.txt")
+        n_sent, n_words = training_text(
+            args.data_dir / "corpora" / "gutenberg", tmp / "books.txt", 300 if args.smoke else None
+        )
         start = time.perf_counter()
         ckpt, _, desc = train_model(tmp / "books.txt", tmp, args.encoder, args.train_steps)
         train_sec = time.perf_counter() - start
@@ -391,17 +392,16 @@ def main() -> None:
                     args.cache_model, nbest_dir, tmp / "ctx100.jsonl", args.utterances, args.rounds
                 ),
             ]
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    load_end = os.getloadavg()
-    text = "\n".join(
+    benchlib.write(
+        args.out,
         [
-            "# N-best scoring with a previous-utterance context per utterance (issue 16)",
-            "",
-            f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-            f"- Machine: {cpu_name()}, {os.cpu_count()} cores; no GPU; working tree at `{head}`; "
-            f"load average (1 min) {load_start[0]:.2f} at start, {load_end[0]:.2f} at end",
+            *benchlib.header(
+                "N-best scoring with a previous-utterance context per utterance (issue 16)",
+                threads=threads,
+                ratios="steps/s or seconds / no context, forests vs a tree per context",
+                absolute="seconds, LSTM steps/s, the training time",
+            ),
+            f"- Load average (1 min) at the end: {os.getloadavg()[0]:.2f}",
             f"- Model: {desc}; {n_sent:,} sentences ({n_words:,} words) of {len(BOOKS)} novels "
             f"in blocks of {BLOCK}, training {train_sec:.0f} s.",
             "- Contexts: `rescorer context build --nbest dev_other --previous 3` (first-pass "
@@ -413,12 +413,8 @@ def main() -> None:
             *([minilm] if minilm else []),
             *history,
             *cache,
-            "",
-        ]
+        ],
     )
-    print(text)
-    with atomic_write(args.out) as f:
-        f.write(text)
 
 
 if __name__ == "__main__":

@@ -13,18 +13,19 @@ two CPU costs to each epoch, both measured here on sentences of the novels in th
 
 Row 2 is timed for the embedder as it is and for its earlier form (one Python call per word to
 find its row, kept here as ``PerWordHashEmbedder``), interleaved over ``--rounds`` rounds, in
-one process, one thread; the ratio is within this run. The vectors of both are checked equal.
+one process, ``--threads`` threads (default 1); the ratio is within this run. The vectors of
+both are checked equal.
 
     .venv/bin/python bench/bench_context_text.py [--books 3] [--rounds 5] [--batch-tokens 32768]
+        [--threads 1] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
 import statistics
-import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import benchlib  # noqa: E402  (first: the load average at the start)
 
 
 def main() -> None:
@@ -43,14 +46,11 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "context_text.md")
+    benchlib.add_common(ap)
     args = ap.parse_args()
+    benchlib.smoke(args, books=1, rounds=1, batch_tokens=2048)
+    threads = benchlib.pin_threads(args.threads)
 
-    import torch
-
-    torch.set_num_threads(1)
-    from rescorer.core.data import default_data_dir
-    from rescorer.core.machine import cpu_name
-    from rescorer.core.output import write_report
     from rescorer.lm_models.context_text import WordNoise, WordSampler, previous_texts
     from rescorer.lm_models.corpora import read_novels
     from rescorer.lm_models.text_encoders import _WORD_RE, HashEmbedder
@@ -63,8 +63,8 @@ def main() -> None:
             counts = np.fromiter((len(r) for r in rows), np.int64, len(texts))
             return counts, np.fromiter((i for r in rows for i in r), np.int64, int(counts.sum()))
 
-    data_dir = args.data_dir or default_data_dir()
-    docs = read_novels(data_dir / "corpora" / "gutenberg")[: args.books]
+    with tempfile.TemporaryDirectory() as tmp:  # read_novels reads every novel listed
+        docs = read_novels(benchlib.first_novels(args.books, Path(tmp), args.data_dir))
     words = sum(d.n_tokens for d in docs)
     counts = Counter(w for d in docs for s in d.sentences for w in s)
     noise = WordNoise(substitution=0.03, deletion=0.01, insertion=0.01, seed=0)
@@ -84,6 +84,7 @@ def main() -> None:
         if size >= args.batch_tokens:
             batches.append(cur)
             cur, size = [], 0
+    batches = batches[:10] if args.smoke else batches
     new, old = HashEmbedder(args.dim), PerWordHashEmbedder(args.dim)
     for b in batches[:2]:  # both warm: the words of two batches hashed once
         assert np.array_equal(new.embed(b), old.embed(b))
@@ -97,16 +98,13 @@ def main() -> None:
             times.append((time.perf_counter() - start) / len(batches))
     per_new, per_old = statistics.median(t_new), statistics.median(t_old)
     mean_words = statistics.mean(len(t.split()) for b in batches for t in b)
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    load = os.getloadavg()[0]
     lines = [
-        "# The CPU cost of a `previous` text context in training (issue 16)",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- Machine: {cpu_name()}, {os.cpu_count()} cores, one thread; working tree at "
-        f"`{head}`; load average (1 min) {load:.2f} at the end (other jobs shared the CPU)",
+        *benchlib.header(
+            "The CPU cost of a `previous` text context in training (issue 16)",
+            threads=threads,
+            ratios="how many times faster the embedding is than its earlier form",
+            absolute="seconds, per 200-step epoch",
+        ),
         f"- Text: the first {len(docs)} novels of `corpora/gutenberg` ({len(texts):,} sentences, "
         f"{words:,} words), each sentence's {args.sentences} previous sentences of its book "
         f"(mean {mean_words:.1f} words a text), noise 3 % sub, 1 % del, 1 % ins; "
@@ -127,7 +125,7 @@ def main() -> None:
         f"no context) took 19-23 s and the context run's 43-49 s.",
         "",
     ]
-    print(write_report(args.out, lines))
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -15,15 +15,12 @@ scored (pieces + EOS), those run through the model (``HFStats.computed``) and wi
 table counts, without running the model, the positions the grouping would run were the
 hypotheses grouped in input order instead of sorted by piece ids.
 
-    .venv/bin/python bench/bench_hf.py [--utterances 100] [--repeat 3] [--threads 1]
+    .venv/bin/python bench/bench_hf.py [--utterances 100] [--repeat 3] [--threads 1] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import shlex
 import statistics
 import sys
 import tempfile
@@ -35,9 +32,9 @@ import numpy as np
 import torch
 import transformers
 
-from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.machine import describe_machine
-from rescorer.core.output import atomic_write
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402, I001  (first of the project's: the load average at the start)
+
 from rescorer.formats import read_nbest
 from rescorer.lms.hf import HFCausalLM, HFStats
 from rescorer.refs import read_references
@@ -45,7 +42,7 @@ from rescorer.refs import read_references
 VOCAB = 4000
 
 
-def build_model(out: Path, texts: Sequence[str]) -> Path:
+def build_model(out: Path, texts: Sequence[str], n_embd: int = 256, n_layer: int = 4) -> Path:
     """A random GPT-2 and a byte-level BPE tokenizer trained on ``texts``, saved in ``out``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -66,7 +63,7 @@ def build_model(out: Path, texts: Sequence[str]) -> Path:
     )
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        vocab_size=len(fast), n_positions=512, n_embd=256, n_layer=4, n_head=4,
+        vocab_size=len(fast), n_positions=512, n_embd=n_embd, n_layer=n_layer, n_head=4,
         bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
     )  # fmt: skip
     transformers.GPT2LMHeadModel(config).save_pretrained(out, safe_serialization=True)
@@ -86,15 +83,15 @@ def planned_positions(lm: HFCausalLM, ids: Sequence[Sequence[int]], order: Seque
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data-dir", type=Path, default=default_data_dir())
+    ap.add_argument("--data-dir", type=Path, default=benchlib.data_dir())
     ap.add_argument("--utterances", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "hf.md")
+    ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "hf.md")
+    benchlib.add_common(ap)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    benchlib.smoke(args, utterances=1, repeat=1)
+    threads = benchlib.pin_threads(args.threads)
     transformers.utils.logging.disable_progress_bar()
-    load = os.getloadavg()[0]
 
     root = args.data_dir / "nbest" / "librispeech-espnet"
     refs = read_references(root / "dev_clean" / "references" / "ref_wer.trn")
@@ -104,7 +101,8 @@ def main() -> None:
     sentences = [h.words for u in utts for h in nbest[u]]
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_model(Path(tmp) / "gpt2", texts)
+        size = {"n_embd": 64, "n_layer": 1} if args.smoke else {}  # smoke: a tiny GPT-2
+        path = build_model(Path(tmp) / "gpt2", texts, **size)
         configs = {"off": HFCausalLM(path, device="cpu", prefix_cache=False)}
         for least in (4, 8, 16):
             lm = HFCausalLM(path, device="cpu", prefix_cache=True)
@@ -147,13 +145,13 @@ def main() -> None:
     n_pieces = stats["off"].scored
     cfg = off.model.config
     lines = [
-        "# HF causal LM: prefix caching on CPU",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- Machine: {describe_machine()}; torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, {torch.get_num_threads()} thread(s); load average "
-        f"{load:.1f} at the start (other jobs on the machine slow every configuration alike)",
-        f"- Command: `{shlex.join([Path(sys.executable).name, *sys.argv])}`",
+        *benchlib.header(
+            "HF causal LM: prefix caching on CPU",
+            threads=threads,
+            ratios="run / scored, wall vs off, the positions' fractions",
+            absolute="wall and CPU seconds",
+        ),
+        f"- torch {torch.__version__}, transformers {transformers.__version__}",
         f"- Model: random GPT-2, n_embd {cfg.n_embd}, {cfg.n_layer} layers, {cfg.n_head} heads, "
         f"n_positions {cfg.n_positions}, vocabulary {cfg.vocab_size} (byte-level BPE trained on "
         f"the dev_clean references); float32, batch_tokens {off.batch_tokens}",
@@ -163,7 +161,7 @@ def main() -> None:
         f"## Time and work (best and median of {args.repeat} interleaved rounds)",
         "",
         "| prefix cache | wall s best | wall s median | CPU s best | CPU s median | positions "
-        "run | with padding | run / scored | wall vs off |",
+        "run | with padding | run / scored | median wall vs off |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in configs:
@@ -173,7 +171,7 @@ def main() -> None:
             f"| {label} | {min(wall[name]):.2f} | {statistics.median(wall[name]):.2f} | "
             f"{min(cpu[name]):.2f} | {statistics.median(cpu[name]):.2f} | {st.computed:,} | "
             f"{st.padded:,} | {st.computed / st.scored:.3f} | "
-            f"{min(wall[name]) / min(wall['off']):.2f} |"
+            f"{statistics.median(wall[name]) / statistics.median(wall['off']):.2f} |"
         )
     lines += ["", "Agreement with the uncached values:", ""]
     for name in configs:
@@ -206,10 +204,7 @@ def main() -> None:
         "- Cached runs: per bundle of groups, one batch of prefixes and one batch of the "
         "members' rests on their cache; the padding column counts both.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with atomic_write(args.out) as f:
-        f.write(text)
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -6,18 +6,22 @@ Measures, in one run on the same sentences:
   - toolkit per-token scores: ``KenLM.token_logprobs`` (prefix states shared between
     hypotheses), against a plain ``kenlm.Model.full_scores(sentence)`` loop;
   - ``rescorer tune``'s search on dev_clean (decoder, ctc, lm, 4-gram, length).
-Prints a Markdown report and writes it to bench/results/kenlm.md. Times are the best of --repeat.
+Prints a Markdown report and writes it to bench/results/kenlm.md. The four scoring loops take
+turns in each of ``--repeat`` rounds (A B C D A B C D ...); times are medians (and minima).
+``--smoke``: the first 20 lists, a tiny 3-gram when the recipe's 4-gram is missing.
 
     .venv/bin/python bench/bench_kenlm.py [--lm recipes/librispeech_nbest/exp/lm/4gram.bin]
+        [--repeat 3] [--utterances N] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import math
-import os
 import platform
+import statistics
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,9 +29,9 @@ from pathlib import Path
 import kenlm
 import numpy as np
 
-from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.machine import cpu_name
-from rescorer.core.output import write_report
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402, I001  (first of the project's: the load average at the start)
+
 from rescorer.features import add_lm_scores
 from rescorer.formats import read_nbest
 from rescorer.lms.contract import sentence_scores
@@ -36,30 +40,39 @@ from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, tune
 
 
-def best_time(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    best, out = math.inf, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+def interleaved(
+    fns: dict[str, Callable[[], object]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, object]]:
+    """Each function's seconds per round (the functions taking turns) and its last result."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    out: dict[str, object] = {}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            out[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return times, out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    default_lm = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp" / "lm" / "4gram.bin"
-    ap.add_argument("--lm", type=Path, default=default_lm)
-    ap.add_argument("--data-dir", type=Path, default=default_data_dir())
+    ap.add_argument("--lm", type=Path, default=None, help="default: the recipe's 4-gram")
+    ap.add_argument("--data-dir", type=Path, default=benchlib.data_dir())
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--restarts", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "kenlm.md")
+    ap.add_argument("--utterances", type=int, default=None, help="the first N lists of each set")
+    ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "kenlm.md")
+    benchlib.add_common(ap)
     args = ap.parse_args()
-    if not args.lm.exists():
-        raise SystemExit(
-            f"{args.lm} not found: run `bash recipes/librispeech_nbest/run.sh --stop-stage 2` "
-            "first, or pass --lm"
-        )
+    benchlib.smoke(args, repeat=1, restarts=1, utterances=20)
+    threads = benchlib.pin_threads(args.threads)
+    scratch = tempfile.TemporaryDirectory()
+    args.lm = benchlib.recipe_lm(args.lm, args.smoke, Path(scratch.name))
     nb_dir = args.data_dir / "nbest" / "librispeech-espnet"
+    if args.utterances is not None:
+        for name in ("dev_clean", "dev_other"):
+            benchlib.subset_espnet(nb_dir / name, args.utterances, Path(scratch.name) / name)
+        nb_dir = Path(scratch.name)
     other = read_nbest(nb_dir / "dev_other", "espnet")
     sentences = [h.words for nb in other.values() for h in nb]
     n_tokens = sum(len(s) + 1 for s in sentences)
@@ -69,14 +82,19 @@ def main() -> None:
     model = kenlm.Model(str(args.lm))
     texts = [" ".join(lm.to_units(s)) for s in sentences]
 
-    t_tool, tool = best_time(lambda: sentence_scores(lm, sentences), args.repeat)
-    t_score, plain = best_time(
-        lambda: [model.score(t, bos=True, eos=True) for t in texts], args.repeat
+    times, results = interleaved(
+        {
+            "tool": lambda: sentence_scores(lm, sentences),
+            "score": lambda: [model.score(t, bos=True, eos=True) for t in texts],
+            "tok": lambda: lm.token_logprobs(sentences),
+            "full": lambda: [[s[0] for s in model.full_scores(t)] for t in texts],
+        },
+        args.repeat,
     )
-    t_tok, tok = best_time(lambda: lm.token_logprobs(sentences), args.repeat)
-    t_full, full = best_time(
-        lambda: [[s[0] for s in model.full_scores(t)] for t in texts], args.repeat
+    t_tool, t_score, t_tok, t_full = (
+        statistics.median(times[k]) for k in ("tool", "score", "tok", "full")
     )
+    tool, plain, tok, full = (results[k] for k in ("tool", "score", "tok", "full"))
     diff_total = float(np.max(np.abs(np.asarray(tool) - np.asarray(plain) * math.log(10))))
     diff_tok = max(
         float(np.max(np.abs(a - np.asarray(b) * math.log(10))))
@@ -101,15 +119,20 @@ def main() -> None:
     )
     searches = len(result.start_errors)
 
+    lm_mib = args.lm.stat().st_size / 2**20
+    scratch.cleanup()
     lines = [
-        "# KenLM N-best scoring and tuning benchmark",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- Machine: {cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}",
-        f"- Model: `{args.lm}` ({args.lm.stat().st_size / 2**20:.0f} MiB, order {lm.order})",
+        *benchlib.header(
+            "KenLM N-best scoring and tuning benchmark",
+            threads=threads,
+            ratios="time relative to the toolkit's totals, toolkit / plain",
+            absolute="seconds, hypotheses/s, the tuning seconds",
+        ),
+        f"- Python {platform.python_version()}",
+        f"- Model: `{args.lm.name}` ({lm_mib:.0f} MiB, order {lm.order})",
         f"- Sentences: dev_other 30-best, {len(sentences):,} hypotheses, {n_tokens:,} tokens "
         "with `</s>`",
-        f"- Best of {args.repeat} runs each; same sentences, same model, same process.",
+        f"- Median of {args.repeat} interleaved rounds; same sentences, same model, same process.",
         "",
         "| method | seconds | hypotheses/s | time relative to the toolkit's totals |",
         "|---|---|---|---|",
@@ -141,7 +164,7 @@ def main() -> None:
         f"{len(result.trace)} accepted moves; errors {result.initial_errors} -> {result.errors}",
         "",
     ]
-    print(write_report(args.out, lines))
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

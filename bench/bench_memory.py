@@ -12,17 +12,19 @@ that process (``os.wait4``) and its time the wall clock around it.
   the search time grows with restarts, the memory does not);
 - ``rescore``: the scored lists reranked with those weights, WER printed, three files written.
 
+Every command runs on ``--threads`` threads (default 1; ``RESCORER_THREADS``, OpenMP, BLAS).
+Peak RSS hardly depends on the machine; the seconds do.
+
     .venv/bin/python bench/bench_memory.py [--sizes 100000,300000,1000000] [--out FILE.md]
+        [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,8 +32,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("RESCORER_DATA", REPO.parent / "shared" / "data"))
-DEV_OTHER = DATA / "nbest" / "librispeech-espnet" / "dev_other"
+sys.path.insert(0, str(REPO / "bench"))
+import benchlib  # noqa: E402  (first: the load average at the start)
+
+DATA = benchlib.data_dir()
+DEV_OTHER = benchlib.nbest_dir("dev_other")
 NOVELS = ("Anon_Clara_1864.txt", "Barclay_Ladies_1917.txt", "Bennet_Babylon_1902.txt")
 RESCORER = Path(sys.executable).parent / "rescorer"
 TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command it runs
@@ -64,7 +69,7 @@ def build_set(hypotheses: int, out: Path) -> tuple[int, int]:
     return lists, written
 
 
-def run_measured(args: list[str]) -> tuple[float, float, str]:
+def run_measured(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """(seconds, peak RSS in MB, stdout) of ``rescorer ARGS`` in its own process.
 
     The peak is GNU time's (``wait4`` of a process it forked): a child forked straight from
@@ -73,7 +78,10 @@ def run_measured(args: list[str]) -> tuple[float, float, str]:
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         code = subprocess.call(
-            [TIME, "-f", f"{MARK}%M", str(RESCORER), "-q", *args], stdout=out, stderr=err
+            [TIME, "-f", f"{MARK}%M", str(RESCORER), "-q", *args],
+            stdout=out,
+            stderr=err,
+            env=env,
         )
         seconds = time.perf_counter() - start
         out.seek(0)
@@ -90,17 +98,23 @@ def main() -> None:
     ap.add_argument("--sizes", default="100000,300000,1000000")
     ap.add_argument("--out", type=Path, default=None, help="Also write the table here (md).")
     ap.add_argument("--work", type=Path, default=None, help="Scratch folder (default: a temp one).")
+    benchlib.add_common(ap)
     a = ap.parse_args()
+    benchlib.smoke(a, sizes="1000")
+    threads = benchlib.pin_threads(a.threads)
+    env = benchlib.child_env(threads)
     sizes = [int(s) for s in a.sizes.split(",")]
     work = a.work or Path(tempfile.mkdtemp(prefix="bench_memory."))
     work.mkdir(parents=True, exist_ok=True)
     model = work / "3g.bin"
+    if a.smoke and not model.exists():
+        model = benchlib.tiny_kenlm(work)
     if not model.exists():
         texts = [arg for n in NOVELS for arg in ("--text", str(DATA / "corpora" / "gutenberg" / n))]
         subprocess.run(
             [str(RESCORER), "-q", "ngram", "build", *texts, "--order", "3", "--memory", "200M",
              "--out", str(model)],
-            check=True,
+            check=True, env=env,
         )  # fmt: skip
     rows = []
     weights = work / "weights.json"
@@ -120,7 +134,7 @@ def main() -> None:
                          "--out", str(out_dir)]),
         ]  # fmt: skip
         for name, args in commands:
-            seconds, rss, stdout = run_measured(args)
+            seconds, rss, stdout = run_measured(args, env)
             last = stdout.strip().splitlines()[-1] if stdout.strip() else ""
             rows.append((hyps, lists, mb, name, seconds, rss, last))
             print(
@@ -129,14 +143,19 @@ def main() -> None:
         for p in (nbest, scored):
             p.unlink()
     lines = [
-        "# Peak memory of the N-best commands on large JSONL sets",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"Python {platform.python_version()}",
-        f"- Command: `.venv/bin/python bench/bench_memory.py --sizes {a.sizes}`",
+        *benchlib.header(
+            "Peak memory of the N-best commands on large JSONL sets",
+            threads=threads,
+            ratios="RSS bytes / hyp and its growth with the size; peak RSS MB hardly depends "
+            "on the machine",
+            absolute="seconds",
+        ),
         "- Set: dev_other 30-best (ESPnet, references embedded) repeated under new ids; "
-        "3-gram KenLM of three Gutenberg novels",
+        + (
+            "a tiny 3-gram of the dev_clean references"
+            if a.smoke
+            else "3-gram KenLM of three Gutenberg novels"
+        ),
         "",
         "| hypotheses | lists | JSONL MB | command | seconds | peak RSS MB | RSS bytes / hyp |",
         "|---|---|---|---|---|---|---|",
@@ -146,10 +165,12 @@ def main() -> None:
             f"| {hyps:,} | {lists:,} | {mb:.0f} | `{name}` | {seconds:.1f} | {rss:.0f} | "
             f"{rss * 2**20 / hyps:,.0f} |"
         )
-    table = "\n".join(lines) + "\n"
-    print(table)
+    if a.work is None:
+        shutil.rmtree(work)
     if a.out:
-        a.out.write_text(table, encoding="utf-8")
+        benchlib.write(a.out, lines)
+    else:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -10,36 +10,47 @@
    groups) for reference; int8 vs float32.
 3. What int8 costs: perplexity change on the same utterances' references (and, with
    ``--trained-exp DIR``, of a trained recipe run on its own test split, with its contexts).
+4. N-best scoring through the prefix tree, ``onnx:`` vs ``torch:``: the first
+   ``--nbest-utterances`` (200) dev_other lists scored by ``OnnxLM`` on the step export (its
+   prefix-shared forest) and by ``TorchLM`` (its forest) with the same model and context, as a
+   ratio of CPU time (process, all threads), interleaved, at 1 thread each and at the default
+   (every core); the step export's whole-sentence path for reference. ``--nbest-only`` runs
+   this section alone and replaces it in ``--out`` (e.g. with ``--checkpoint`` a trained word
+   LSTM: ``rescorer train recipes/librispeech_nbest/conf/lstm.json``).
 
 Without ``--checkpoint`` the model has random weights (nothing is trained): a word FactorCell
 of realistic size over the hypotheses' vocabulary, with the dev_other speakers as a categorical
 context variable. Timings do not depend on the weights; perplexities of a random model do not
 mean much, which is what ``--trained-exp`` is for.
 
+Both runtimes run on ``--threads`` threads (default 1: torch, OpenMP, the ONNX Runtime
+sessions' intra-op threads); the systems take turns in each round and the tables give medians.
+
     .venv/bin/python bench/bench_onnx.py [--checkpoint DIR] [--utterances 150] [--repeat 3]
-        [--threads N] [--trained-exp recipes/agnews_topic/exp/factor_seed0]
+        [--threads 1] [--trained-exp recipes/agnews_topic/exp/factor_seed0] [--smoke]
+        [--nbest-utterances 200] [--nbest-only]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import math
 import os
-import shlex
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import torch
 
-from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.machine import describe_machine
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402, I001  (first of the project's: the load average at the start)
+
 from rescorer.core.output import atomic_write
 from rescorer.export.exporter import ExportOptions, export_model
 from rescorer.export.quantize import quantize_int8
@@ -55,16 +66,16 @@ from rescorer.refs import read_references, read_utt2spk
 BATCH_TOKENS = 4096
 
 
-def interleaved_best(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Best time of each function over ``repeat`` rounds, the functions taking turns in each
+def interleaved_median(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Median time of each function over ``repeat`` rounds, the functions taking turns in each
     round, so that a busy machine slows them alike."""
-    best = dict.fromkeys(fns, math.inf)
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
             t0 = time.perf_counter()
             fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
-    return best
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def random_model(sentences: Sequence[Sequence[str]], speakers: Sequence[str]) -> tuple:
@@ -118,7 +129,7 @@ def step_latency(
     runs["torch"] = run_torch
     for run in runs.values():
         run()  # warm-up
-    return {name: sec / steps for name, sec in interleaved_best(runs, repeat).items()}
+    return {name: sec / steps for name, sec in interleaved_median(runs, repeat).items()}
 
 
 def padded_batches(
@@ -176,27 +187,165 @@ def held_out(exp: Path, data_dir: Path) -> tuple[ContextLSTM, list[str], list, l
     return model, tokens, sentences, records
 
 
+def interleaved_cpu(
+    fns: dict[str, Callable[[], object]], repeat: int
+) -> dict[str, list[tuple[float, float]]]:
+    """(CPU seconds of the process, all its threads; wall seconds) of each function in each of
+    ``repeat`` rounds, the functions taking turns in each round."""
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn()
+            out[name].append((time.process_time() - c0, time.perf_counter() - w0))
+    return out
+
+
+def round_ratio(runs: dict[str, list[tuple[float, float]]], a: str, b: str, k: int = 0) -> float:
+    """The median over the rounds of ``a``'s time / ``b``'s (``k`` 0: CPU, 1: wall)."""
+    return statistics.median(x[k] / y[k] for x, y in zip(runs[a], runs[b], strict=True))
+
+
+def max_token_diff(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    return max(float(np.abs(x - y).max()) for x, y in zip(a, b, strict=True))
+
+
+def nbest_section(
+    args: argparse.Namespace, model: ContextLSTM, tokens: list[str], folded: dict | None
+) -> list[str]:
+    """4. ``onnx:`` (a step export through OnnxLM's prefix-shared forest) vs ``torch:``
+    (TorchLM's forest) scoring the first ``--nbest-utterances`` dev_other lists with the same
+    model and context: CPU time of the process (all threads), interleaved rounds, at 1 thread
+    each and at the default (every core); the whole-sentence path of the step export
+    (``prefix_tree=False``, what ``onnx:`` did before) for reference. A model with a speaker
+    variable also runs the multi export, each list with its speaker (one context per run)."""
+    set_dir = args.data_dir / "nbest" / "librispeech-espnet" / "dev_other"
+    nbest = read_nbest(set_dir, "espnet")
+    utts = list(nbest)[: args.nbest_utterances]
+    sentences = [h.words for u in utts for h in nbest[u]]
+    records: list[dict | None] = [folded] * len(sentences)  # the step export's one context
+    speakers = "speaker" in {v.name for v in model.config.context_vars}
+    speaker_of = {u: s.split("-")[0] for u, s in read_utt2spk(set_dir / "utt2spk").items()}
+    per_utt: list[dict | None] = [{"speaker": speaker_of[u]} for u in utts for _ in nbest[u]]
+    load = os.getloadavg()
+    rows, agreement = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        step = export_model(model, tokens, root / "step.onnx", ExportOptions("step", folded)).path
+        multi = export_model(model, tokens, root / "multi.onnx", ExportOptions("multi")).path
+        ckpt = save_checkpoint(root / "ckpt", model, tokens)
+        pinned = torch.get_num_threads()
+        for label, n in (("1 each", 1), (f"default ({os.cpu_count()})", os.cpu_count() or 1)):
+            torch.set_num_threads(n)
+            torch_lm = TorchLM(ckpt, device="cpu")
+            tree = OnnxLM(step, device="cpu", threads=n)
+            lms: dict[str, tuple[TorchLM | OnnxLM, list[dict | None]]] = {
+                "torch": (torch_lm, records),
+                "onnx": (tree, records),
+                "padded": (OnnxLM(step, device="cpu", threads=n, prefix_tree=False), records),
+            }
+            if speakers:
+                lms["torch_spk"] = (torch_lm, per_utt)
+                lms["onnx_spk"] = (OnnxLM(multi, device="cpu", threads=n), per_utt)
+            fns = {
+                name: partial(lm.token_logprobs, sentences, ctx) for name, (lm, ctx) in lms.items()
+            }
+            scores = {name: fn() for name, fn in fns.items()}  # warm-up, case decision
+            if not agreement:
+                torch_lm.reset_stats()
+                torch_lm.token_logprobs(sentences, records)
+                agreement = [
+                    max_token_diff(scores["onnx"], scores["torch"]),
+                    max_token_diff(scores["onnx"], scores["padded"]),
+                    torch_lm.stats.computed_steps,
+                ]
+                if speakers:
+                    agreement.append(max_token_diff(scores["onnx_spk"], scores["torch_spk"]))
+            runs = interleaved_cpu(fns, args.repeat)
+            cpu = {name: statistics.median(t[0] for t in r) for name, r in runs.items()}
+            rows.append(
+                f"| {label} | {cpu['torch']:.2f} | {cpu['onnx']:.2f} | "
+                f"**{round_ratio(runs, 'onnx', 'torch'):.2f}** | "
+                f"{round_ratio(runs, 'onnx', 'torch', 1):.2f} | {cpu['padded']:.2f} | "
+                f"{round_ratio(runs, 'padded', 'onnx'):.2f} | "
+                + (f"{round_ratio(runs, 'onnx_spk', 'torch_spk'):.2f} |" if speakers else "- |")
+            )
+        torch.set_num_threads(pinned)
+    n_tokens = sum(len(s) + 1 for s in sentences)
+    lines = [
+        "",
+        f"## N-best scoring through the prefix tree: `onnx:` vs `torch:`, first {len(utts)} "
+        f"dev_other lists, {len(sentences):,} hypotheses, {n_tokens:,} tokens incl. </s>",
+        "",
+        f"- Command: `{benchlib.command()}`; load average {load[0]:.1f} / {load[1]:.1f} / "
+        f"{load[2]:.1f} (1, 5, 15 min) at the start of this section, "
+        f"{os.getloadavg()[0]:.1f} at its end; CPU seconds of the process (all threads), "
+        f"medians of {args.repeat} interleaved rounds",
+        f"- Model: {model.config.mode} word LSTM V={model.config.vocab_size}, "
+        f"e={model.config.embed_dim}, d={model.config.hidden_dim}, "
+        f"{model.config.num_layers} layer(s) ({args.checkpoint or 'random weights'})",
+        f"- `onnx:` = `OnnxLM` on the step export (prefix-shared forest, at most "
+        f"{tree.batch_tokens} nodes per run); `torch:` = `TorchLM` (its forest, at most "
+        f"{torch_lm.batch_nodes} nodes per step); the same model and context "
+        f"({folded or 'none'}); the forests compute {agreement[2]:,} distinct prefixes",
+        f"- Agreement: max |onnx - torch| token log-prob {agreement[0]:.1e} nats; "
+        f"|tree - whole sentences| (step export) {agreement[1]:.1e}"
+        + (f"; multi export, speaker per list, vs torch: {agreement[3]:.1e}" if speakers else ""),
+        "",
+        "| threads | torch: CPU s | onnx: CPU s | onnx / torch CPU | onnx / torch wall | "
+        "onnx whole sentences: CPU s | whole sentences / tree | multi, speaker per list: "
+        "onnx / torch CPU |",
+        "|---|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+    return lines
+
+
+NBEST_HEADING = "## N-best scoring through the prefix tree"
+
+
+def replace_section(out: Path, section: list[str]) -> None:
+    """Put ``section`` in place of the results file's prefix-tree section (else at its end)."""
+    text = out.read_text() if out.is_file() else ""
+    start = text.find(NBEST_HEADING)
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start].rstrip("\n") + "\n" + (text[end:] if end >= 0 else "")
+    body = "\n".join(section).strip("\n")
+    text = text.rstrip("\n") + "\n\n" + body + "\n"
+    print(body)
+    with atomic_write(out) as f:
+        f.write(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", type=Path, default=None)
-    ap.add_argument("--data-dir", type=Path, default=default_data_dir())
+    ap.add_argument("--data-dir", type=Path, default=benchlib.data_dir())
     ap.add_argument("--utterances", type=int, default=150)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument(
-        "--threads", type=int, default=None, help="for both runtimes (default: torch's own)"
-    )
     ap.add_argument(
         "--trained-exp",
         type=Path,
         default=None,
         help="a recipe run (best/, config.json, split.json): int8 perplexity on its test split",
     )
-    ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "onnx.md")
+    ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "onnx.md")
+    ap.add_argument(
+        "--nbest-utterances",
+        type=int,
+        default=200,
+        help="dev_other lists of the prefix-tree section (onnx: vs torch:, CPU time)",
+    )
+    ap.add_argument(
+        "--nbest-only",
+        action="store_true",
+        help="run the prefix-tree section alone; it replaces that section of --out",
+    )
+    benchlib.add_common(ap)
     args = ap.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
-    load = os.getloadavg()[0]
+    benchlib.smoke(args, utterances=2, repeat=1, nbest_utterances=2)
+    threads = benchlib.pin_threads(args.threads)
 
     set_dir = args.data_dir / "nbest" / "librispeech-espnet" / "dev_other"
     nbest = read_nbest(set_dir, "espnet")
@@ -221,6 +370,9 @@ def main() -> None:
     cfg = model.config
     folded = ({"speaker": speaker_of[utts[0]]} if "speaker" in
               {v.name for v in cfg.context_vars} else None)  # fmt: skip
+    if args.nbest_only:
+        replace_section(args.out, nbest_section(args, model, tokens, folded))
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -248,7 +400,7 @@ def main() -> None:
         ckpt = args.checkpoint or save_checkpoint(root / "ckpt", model, tokens)
         torch_lm = TorchLM(ckpt, device="cpu")
         torch_lm.sentence_logprobs(sentences[:50], records[:50])
-        times = interleaved_best(
+        times = interleaved_median(
             {
                 "onnx": lambda: lm.sentence_logprobs(sentences, records),
                 "onnx_int8": lambda: lm8.sentence_logprobs(sentences, records),
@@ -282,13 +434,14 @@ def main() -> None:
     n_hyps = len(sentences)
     n_tokens = sum(len(s) + 1 for s in sentences)
     lines = [
-        "# ONNX Runtime vs PyTorch benchmark",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- Machine: {describe_machine()}; torch {torch.__version__}, onnxruntime "
-        f"{ort.__version__}, {threads} thread(s) each (CPU execution provider); load average "
-        f"{load:.1f} at the start (other jobs on the machine slow both runtimes alike)",
-        f"- Command: `{shlex.join([Path(sys.executable).name, *sys.argv])}`",
+        *benchlib.header(
+            "ONNX Runtime vs PyTorch benchmark",
+            threads=threads,
+            ratios="PyTorch time / this, int8 / float32",
+            absolute="ms per step, steps/s, seconds, hypotheses/s, export seconds",
+        ),
+        f"- torch {torch.__version__}, onnxruntime {ort.__version__} (CPU execution provider); "
+        f"medians of {args.repeat} interleaved rounds ({10 * args.repeat} for the step latency)",
         f"- Model: FactorCell word LSTM V={cfg.vocab_size}, e={cfg.embed_dim}, "
         f"d={cfg.hidden_dim}, {cfg.num_layers} layer(s), k={cfg.context_dim}, r={cfg.rank}, "
         f"layer norm {'on' if cfg.layer_norm else 'off'}; {origin}",
@@ -351,10 +504,8 @@ def main() -> None:
             "- The bench model has random weights: its perplexity change says little about a "
             "trained model's (see the trained checkpoint line when given)."
         )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with atomic_write(args.out) as f:
-        f.write(text)
+    lines += nbest_section(args, model, tokens, folded)
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

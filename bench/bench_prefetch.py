@@ -15,20 +15,22 @@ within this run. The first run and every round's results must agree where they s
 two context runs end with equal dev perplexity.
 
     .venv/bin/python bench/bench_prefetch.py [--device cpu|cuda] [--books 4] [--steps 30]
+        [--threads 1] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
+import shutil
 import statistics
-import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import benchlib  # noqa: E402  (first: the load average at the start)
 
 
 def main() -> None:
@@ -40,7 +42,6 @@ def main() -> None:
     ap.add_argument("--batch-tokens", type=int, default=8192)
     ap.add_argument("--embed-dim", type=int, default=128)
     ap.add_argument("--hidden-dim", type=int, default=256)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of the step")
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument(
         "--text",
@@ -52,14 +53,11 @@ def main() -> None:
     ap.add_argument(
         "--out", type=Path, default=None, help="default bench/results/prefetch_DEVICE.md"
     )
+    benchlib.add_common(ap)
     args = ap.parse_args()
+    benchlib.smoke(args, books=2, steps=2, rounds=1, batch_tokens=1024)
+    threads = benchlib.pin_threads(args.threads)
 
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from rescorer.core.data import default_data_dir
-    from rescorer.core.machine import cpu_name
-    from rescorer.core.output import write_report
     from rescorer.lm_models.corpora import read_novels
     from rescorer.lm_models.lstm.context import clear_text_caches
     from rescorer.lm_models.lstm.train import TrainConfig, train
@@ -69,10 +67,12 @@ def main() -> None:
         blocks = first_blocks(args.text, args.books)
         source = f"the first {len(blocks)} blocks of `{args.text.name}`"
     else:
-        data_dir = args.data_dir or default_data_dir()
-        docs = read_novels(data_dir / "corpora" / "gutenberg")[: args.books]
+        novels = benchlib.first_novels(args.books, work / "novels", args.data_dir)
+        docs = read_novels(novels)  # the first --books only: read_novels reads every one listed
         blocks = [[" ".join(s) for s in d.sentences] for d in docs]
         source = f"the first {len(blocks)} novels of `corpora/gutenberg`"
+    if args.smoke:
+        blocks = [b[:300] for b in blocks]
     words = sum(len(line.split()) for b in blocks for line in b)
     with open(work / "books.txt", "w", encoding="utf-8") as f:
         for b in blocks:
@@ -137,17 +137,14 @@ def main() -> None:
     ctx0, ctx2, twin = (statistics.median(seconds[n]) for n in names)
     embed = embedding_seconds(runs[names[0]], work, args.steps, args.rounds)
     same = dev[names[0]] == dev[names[1]] and len(dev[names[0]]) == 1
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    machine = torch.cuda.get_device_name() if device.startswith("cuda") else f"{cpu_name()}, CPU"
     lines = [
-        "# Prefetching batches with a `previous` text context (issue 16)",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-        f"- Machine: {machine} ({device}); {os.cpu_count()} CPU cores, {args.threads} torch "
-        f"thread(s) for the step; load average (1 min) {os.getloadavg()[0]:.2f} at the end; "
-        f"working tree at `{head}`",
+        *benchlib.header(
+            "Prefetching batches with a `previous` text context (issue 16)",
+            threads=threads,
+            ratios="vs the twin, how many times faster prefetching makes the run, the shares",
+            absolute="loop seconds, tokens/s",
+        ),
+        f"- Device: {device}",
         f"- Data: {source} ({words:,} words), one block per book; context: the 3 previous "
         "sentences, ASR-like noise, `hash:256`",
         f"- Model: LSTM e={args.embed_dim}, d={args.hidden_dim}, class-factored softmax, "
@@ -173,7 +170,8 @@ def main() -> None:
         "",
     ]
     out = args.out or REPO / "bench" / "results" / f"prefetch_{args.device.split(':')[0]}.md"
-    print(write_report(out, lines))
+    shutil.rmtree(work)
+    benchlib.write(out, lines)
 
 
 def embedding_seconds(cfg: Any, work: Path, steps: int, rounds: int) -> float:

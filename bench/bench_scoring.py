@@ -18,16 +18,24 @@ Measured, on the first ``--utterances`` dev_other 30-best lists:
 3. 1 vs 2 threads for the working tree (scoring).
 4. training steps of the recipe's LSTM at its settings (2,048-token batches, Adam), 1 thread.
 
+The ``before`` tree may be older than the checkpoint format's latest fields and than the
+package layout (at ``c7005a9`` ``lm_models`` was a top-level package): the worker imports
+either layout, and the ``before`` runs read a copy of each checkpoint whose config keeps only the
+fields that tree knows, after checking that every dropped field holds its default (so both trees
+build the same network). ``--before HEAD`` measures uncommitted changes.
+
     .venv/bin/python bench/bench_scoring.py [--before REV] [--utterances 300] [--rounds 3]
-        [--checkpoint DIR ...]
+        [--checkpoint DIR ...] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import dataclasses
+import importlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +52,42 @@ BEFORE_DEFAULT = "c7005a9"  # main before issue 20's scoring work (2026-11-24)
 
 
 # -- worker side: runs with PYTHONPATH set to one source tree -------------------------------------
+def _module(name: str):  # noqa: ANN202 - a module of either layout
+    """``rescorer.<name>`` (today's layout), else the top-level ``<name>`` where the tree has it
+    (older trees). Decided by the tree's files, not by trying: ``rescorer.lm_models`` of the
+    installed working tree can be found from an old tree too."""
+    tree = Path.cwd()  # run() starts each worker in its tree
+    package = name.split(".")[0]
+    if (tree / package).is_dir() and not (tree / "rescorer" / package).is_dir():
+        return importlib.import_module(name)
+    return importlib.import_module(f"rescorer.{name}")
+
+
+# Fields added to LSTMConfig after the default ``before`` revision, and their defaults: a
+# checkpoint whose values are these builds the same network in a tree that lacks the fields.
+NEW_FIELD_DEFAULTS = {"context_activation": "relu", "history": ""}
+
+
+def _readable_copy(ckpt: str, into: Path) -> str:
+    """``ckpt`` as this tree reads it: a copy whose config drops the fields this tree's config
+    class lacks (each must hold its default), or ``ckpt`` itself when nothing is dropped."""
+    header = json.loads((Path(ckpt) / "config.json").read_text())
+    config_cls = _module("lm_models.lstm.model").LSTMConfig
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    dropped = {k: v for k, v in header["config"].items() if k not in known}
+    if not dropped:
+        return ckpt
+    differ = {k: v for k, v in dropped.items() if NEW_FIELD_DEFAULTS.get(k, object()) != v}
+    if differ:
+        raise SystemExit(f"the before tree cannot build this model: it lacks the fields {differ}")
+    header["config"] = {k: v for k, v in header["config"].items() if k in known}
+    into.mkdir(parents=True, exist_ok=True)
+    copy = Path(tempfile.mkdtemp(dir=into)) / "readable"
+    shutil.copytree(ckpt, copy)
+    (copy / "config.json").write_text(json.dumps(header), encoding="utf-8")
+    return str(copy)
+
+
 def _settings(after: bool, threads: int) -> None:
     import torch
 
@@ -63,7 +107,8 @@ def _worker_score(job: dict) -> dict:
     _settings(job["after"], job["threads"])
     nbest = read_nbest(job["nbest"], "espnet")
     sentences = [h.words for u in list(nbest)[: job["utterances"]] for h in nbest[u]]
-    lm = TorchLM(job["checkpoint"], device="cpu")
+    checkpoint = _readable_copy(job["checkpoint"], Path(job["scores"]).parent / "tmp")
+    lm = TorchLM(checkpoint, device="cpu")
     lm.token_logprobs(sentences[:30])  # case decision, warm-up
     lm.reset_stats()
     start = time.perf_counter()
@@ -91,8 +136,9 @@ def _worker_limit(job: dict) -> dict:
 def _worker_train(job: dict) -> dict:
     import torch
 
-    from rescorer.lm_models.lstm.model import ContextLSTM, LSTMConfig
-    from rescorer.lm_models.lstm.train import LossModule
+    ContextLSTM = _module("lm_models.lstm.model").ContextLSTM
+    LSTMConfig = _module("lm_models.lstm.model").LSTMConfig
+    LossModule = _module("lm_models.lstm.train").LossModule
 
     _settings(job["after"], job["threads"])
     torch.manual_seed(0)
@@ -137,7 +183,9 @@ def export_tree(rev: str, into: Path) -> Path:
 
 
 def run(tree: Path, job: dict) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+    threads = str(job["threads"])  # OpenMP and BLAS pinned as torch is (_settings)
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", OMP_NUM_THREADS=threads,
+               MKL_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)  # fmt: skip
     env.pop("RESCORER_THREADS", None)
     out = subprocess.run(
         [sys.executable, __file__, "--worker", json.dumps(job)],
@@ -196,10 +244,8 @@ def main() -> None:
         job = json.loads(sys.argv[2])
         print(json.dumps(WORKERS[job["kind"]](job)))
         return
-    sys.path.insert(0, str(REPO))
-    from rescorer.core.data import default_data_dir
-    from rescorer.core.machine import cpu_name
-    from rescorer.core.output import atomic_write
+    sys.path.insert(0, str(REPO / "bench"))
+    import benchlib
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--before", default=BEFORE_DEFAULT, help="git revision of the 'before' tree")
@@ -207,11 +253,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-steps", type=int, default=8)
     ap.add_argument("--checkpoint", type=Path, action="append", default=[])
-    ap.add_argument("--data-dir", type=Path, default=default_data_dir())
+    ap.add_argument("--data-dir", type=Path, default=benchlib.data_dir())
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scoring.md")
+    benchlib.add_common(ap, threads=None)  # the rows pin 1 and 2 threads themselves
     args = ap.parse_args()
+    benchlib.smoke(args, utterances=3, rounds=1, train_steps=1)
     nbest_dir = args.data_dir / "nbest" / "librispeech-espnet" / "dev_other"
-    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         trees = {"before": export_tree(args.before, tmp), "after": REPO}
@@ -219,10 +266,12 @@ def main() -> None:
         models = [("recipe word LSTM (conf/lstm.json shape, random weights)", recipe)]
         models += [(str(c), c.resolve()) for c in args.checkpoint]
         lines = [
-            "# Neural N-best scoring and LSTM training: before and after (issue 20)",
-            "",
-            f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC}",
-            f"- Machine: {cpu_name()}, {os.cpu_count()} cores; no GPU",
+            *benchlib.header(
+                "Neural N-best scoring and LSTM training: before and after (issue 20)",
+                threads="each row's own, 1 or 2 as it says",
+                ratios="after vs before, 2 threads vs 1, % of the matmul limit",
+                absolute="seconds, us per step, hypotheses/s, GFLOP/s, ms per step, tokens/s",
+            ),
             f"- before: `{args.before}` (git archive); after: the working tree at "
             f"`{_head()}`. Fresh process per run, runs interleaved, {args.rounds} rounds; "
             f"min / median.",
@@ -330,15 +379,8 @@ def main() -> None:
             lines.append(f"| {name} | {1e3 * lo:.0f} / {1e3 * med:.0f} | {tokens / med:,.0f} |")
         ratio = statistics.median(train["before"]) / statistics.median(train["after"])
         lines += ["", f"- after vs before: **{ratio:.2f}x** tokens/s.", ""]
-    load_end = os.getloadavg()
-    lines.insert(
-        5,
-        f"- Load average (1 min) at start {load_start[0]:.2f}, at end {load_end[0]:.2f}.",
-    )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with atomic_write(args.out) as f:
-        f.write(text)
+    lines += [f"- Load average (1 min) at the end: {os.getloadavg()[0]:.2f}.", ""]
+    benchlib.write(args.out, lines)
 
 
 def _head() -> str:

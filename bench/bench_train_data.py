@@ -8,25 +8,27 @@ counts, vocabulary, examples) and draws one epoch of batches (no training), then
 resident memory (``ru_maxrss``) and the training sentences it held at once (all of its share in
 memory; the largest shard when streamed).
 
-Then the same config trains a small FactorCell LSTM for one epoch on the first 4,000 documents
-in one process and in two (torchrun, gloo, 1 thread each): the dev perplexity of the two-process
+Then the same config trains a small FactorCell LSTM for one epoch on ``--train-docs`` documents
+(4,000) in one process and in two (torchrun, gloo, ``--threads`` threads each, default 1), the
+two taking turns over ``--rounds`` rounds (1 2 1 2 ...): the dev perplexity of the two-process
 run (each process scoring half of the dev batches, the sums added) against the one-process
-evaluation of its checkpoint, and the wall times.
+evaluation of its checkpoint, and the wall and CPU times (medians): on a machine with fewer idle
+cores than processes, two processes are slower, not faster; the load average is recorded.
 
-    .venv/bin/python bench/bench_train_data.py [--docs 40000] [--shards 16]
+    .venv/bin/python bench/bench_train_data.py [--docs 40000] [--shards 16] [--rounds 3]
+        [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import os
-import platform
 import random
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +36,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import benchlib  # noqa: E402  (first: the load average at the start)
+
 PY = sys.executable
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "1"))  # a child: the parent's --threads
 
 
 def free_port() -> int:
@@ -74,7 +80,7 @@ def measure(config_path: Path, out: Path) -> None:
     from rescorer.lm_models.distributed import init_world
     from rescorer.lm_models.lstm.train import TrainConfig, prepare_data
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     world = init_world("cpu")
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     cfg = TrainConfig.load(config_path)
@@ -95,9 +101,9 @@ def measure(config_path: Path, out: Path) -> None:
     }))  # fmt: skip
 
 
-def run_measure(config_path: Path, procs: int, tmp: Path, name: str) -> list[dict]:
+def run_measure(config_path: Path, procs: int, tmp: Path, name: str, threads: int) -> list[dict]:
     out = tmp / name
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = benchlib.child_env(threads)
     me = [str(Path(__file__).resolve()), "--measure", str(config_path), "--out", str(out)]
     if procs == 1:
         cmd = [PY, *me]
@@ -108,8 +114,9 @@ def run_measure(config_path: Path, procs: int, tmp: Path, name: str) -> list[dic
     return [json.loads(out.with_name(f"{name}.{r}.json").read_text()) for r in range(procs)]
 
 
-def train_run(config_path: Path, procs: int, out: Path) -> float:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+def train_run(config_path: Path, procs: int, out: Path, threads: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the processes) of one training run."""
+    env = benchlib.child_env(threads)
     args = ["-m", "rescorer.lm_models.lstm.train", str(config_path), "--out", str(out), "--quiet",
             "--no-resume", "--data-dir", str(config_path.parent)]  # fmt: skip
     if procs == 1:
@@ -117,9 +124,12 @@ def train_run(config_path: Path, procs: int, out: Path) -> float:
     else:
         cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", str(procs),
                "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=REPO, capture_output=True)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -127,12 +137,16 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=40000)
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--train-docs", type=int, default=4000)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "bench/results/train_data.md")
+    benchlib.add_common(parser)
     args = parser.parse_args()
     if args.measure is not None:
         measure(args.measure, args.out)
         return
-    sys.path.insert(0, str(REPO))
+    benchlib.smoke(args, docs=200, shards=2, train_docs=200, rounds=1)
+    threads = benchlib.pin_threads(args.threads)
     from rescorer.lm_models.corpus_shards import write_shards
 
     rows = []
@@ -152,15 +166,20 @@ def main() -> None:
             path = tmp / f"{way.split()[0]}.json"
             path.write_text(json.dumps(config(train, "dev.jsonl")))
             for procs in (1, 2):
-                got = run_measure(path, procs, tmp, f"{way.split()[0]}{procs}")
+                got = run_measure(path, procs, tmp, f"{way.split()[0]}{procs}", threads)
                 for rank, g in enumerate(got):
                     rows.append((way, procs, rank, g))
         # dev perplexity: 2 processes against one process's evaluation of their checkpoint
-        write_corpus(tmp / "small.jsonl", 4000, 2)
+        write_corpus(tmp / "small.jsonl", args.train_docs, 2)
         small = tmp / "small.json"
         small.write_text(json.dumps(config({"path": "small.jsonl"}, "dev.jsonl")))
-        one_s = train_run(small, 1, tmp / "m1")
-        two_s = train_run(small, 2, tmp / "m2")
+        timing: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+        for _ in range(args.rounds):  # interleaved: 1 2 1 2 ...
+            for procs in (1, 2):
+                timing[procs].append(train_run(small, procs, tmp / f"m{procs}", threads))
+        (one_s, one_cpu), (two_s, two_cpu) = (
+            tuple(statistics.median(t[k] for t in timing[p]) for k in (0, 1)) for p in (1, 2)
+        )
         two_meta = json.loads((tmp / "m2" / "best" / "training.json").read_text())
         one_meta = json.loads((tmp / "m1" / "best" / "training.json").read_text())
         import torch
@@ -168,18 +187,19 @@ def main() -> None:
         from rescorer.lm_models.checkpoint import load_checkpoint
         from rescorer.lm_models.lstm.train import TrainConfig, evaluate, prepare_data
 
-        torch.set_num_threads(1)
         model, _, _ = load_checkpoint(tmp / "m2" / "best")
         data = prepare_data(TrainConfig.load(small), tmp)
         total, tokens = evaluate(model, data.dev, torch.device("cpu"), 2048, data.vocab.eos_id)
         alone = math.exp(-total / tokens)
 
     lines = [
-        "# Training data per process: in memory vs streamed shards, 1 vs 2 processes",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {os.cpu_count()} cores, {platform.machine()}; Python "
-        f"{platform.python_version()}",
+        *benchlib.header(
+            "Training data per process: in memory vs streamed shards, 1 vs 2 processes",
+            threads=f"{threads} per process",
+            ratios="held sentences, peak MiB of one way against another, the perplexities' "
+            "relative difference",
+            absolute="MiB, seconds (the 2-process wall time depends on idle cores: see the load)",
+        ),
         f"- Corpus: {args.docs} JSONL documents, {index.lines * 5} sentences, {index.words} "
         f"words ({size:.1f} MiB); `rescorer corpus shard` into {args.shards} shards in "
         f"{shard_s:.1f} s.",
@@ -200,21 +220,23 @@ def main() -> None:
     rel = abs(two_meta["dev_ppl"] - alone) / alone
     lines += [
         "",
-        "One epoch of a FactorCell LSTM (e 32, d 64, 32 classes) on 4,000 documents, 1 thread "
-        "per process:",
+        f"One epoch of a FactorCell LSTM (e 32, d 64, 32 classes) on {args.train_docs:,} "
+        f"documents, {threads} thread(s) per process, medians of {args.rounds} interleaved "
+        f"rounds; load average (1 min) at the end {os.getloadavg()[0]:.2f}:",
         "",
-        "| run | wall s | steps per process | dev perplexity |",
-        "|---|---|---|---|",
-        f"| 1 process | {one_s:.1f} | {one_meta['log'][0]['steps']} | {one_meta['dev_ppl']:.6f} |",
-        f"| 2 processes (torchrun, gloo) | {two_s:.1f} | {two_meta['log'][0]['steps']} | "
-        f"{two_meta['dev_ppl']:.6f} |",
-        f"| its checkpoint, evaluated in 1 process | | | {alone:.6f} "
+        "| run | wall s | CPU s (all processes) | steps per process | dev perplexity |",
+        "|---|---|---|---|---|",
+        f"| 1 process | {one_s:.1f} | {one_cpu:.1f} | {one_meta['log'][0]['steps']} | "
+        f"{one_meta['dev_ppl']:.6f} |",
+        f"| 2 processes (torchrun, gloo) | {two_s:.1f} | {two_cpu:.1f} | "
+        f"{two_meta['log'][0]['steps']} | {two_meta['dev_ppl']:.6f} |",
+        f"| its checkpoint, evaluated in 1 process | | | | {alone:.6f} "
         f"(relative difference {rel:.1e}) |",
         "",
+        f"- 2 processes vs 1: {one_s / two_s:.2f}x the speed (wall), {two_cpu / one_cpu:.2f}x "
+        "the CPU time.",
     ]
-    text = "\n".join(lines)
-    print(text)
-    args.out.write_text(text)
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -9,24 +9,30 @@ ctc, lm, 4gram, 4gram_oov, length), measured in one run:
   2. a whole ``rescorer tune --method mert`` (10 restarts) and ``--method risk``: seconds and
      dev_clean errors.
 
-    .venv/bin/python bench/bench_tune.py [--scored EXP/scored/dev_clean.jsonl]
+The scored lists are the recipe's (``run.sh`` up to its scoring stage); a ``--smoke`` run scores
+dev_clean's lists (from ``$RESCORER_DATA``) with a tiny 3-gram itself when they are missing.
+Threads pinned to ``--threads`` (default 1; ``--method risk`` runs on torch).
+
+    .venv/bin/python bench/bench_tune.py [--scored EXP/scored/dev_clean.jsonl] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402, I001  (first of the project's: the load average at the start)
+
 from rescorer.combine import feature_matrix
-from rescorer.core.data import REPO_ROOT, default_data_dir
-from rescorer.core.machine import describe_machine
-from rescorer.core.output import atomic_write
+from rescorer.core.data import REPO_ROOT
 from rescorer.formats import read_nbest
 from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, _column_scale, _Problem, _upper_envelope, tune
@@ -62,12 +68,24 @@ def main() -> None:
     ap.add_argument("--refs", type=Path, default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "tune.md")
+    benchlib.add_common(ap)
     args = ap.parse_args()
-    refs_path = args.refs or (
-        default_data_dir() / "nbest" / "librispeech-espnet" / "dev_clean" / "references"
-        / "ref_wer.trn"
-    )  # fmt: skip
+    benchlib.smoke(args, rounds=2)
+    threads = benchlib.pin_threads(args.threads)
+    refs_path = args.refs or (benchlib.nbest_dir("dev_clean") / "references" / "ref_wer.trn")
+    scratch = tempfile.TemporaryDirectory()
+    if args.smoke and not args.scored.exists():
+        work = Path(scratch.name)
+        lm = benchlib.tiny_kenlm(work)
+        args.scored = work / "dev_clean.jsonl"
+        subprocess.run(
+            [str(benchlib.RESCORER), "-q", "score", "--nbest",
+             str(benchlib.subset_espnet(benchlib.nbest_dir("dev_clean"), 30, work / "nbest")),
+             "--lm", f"4gram=kenlm:{lm}", "--out", str(args.scored)],
+            check=True, env=benchlib.child_env(threads),
+        )  # fmt: skip
     nbest = read_nbest(args.scored, "jsonl")
+    scratch.cleanup()
     refs = read_references(refs_path)
     errs_by_utt = hypothesis_errors(nbest, refs)
     utts = [u for u in nbest if len(nbest[u])]
@@ -76,7 +94,6 @@ def main() -> None:
     feats = [f / scale for f in feats]
     errs = [np.asarray(errs_by_utt[u], dtype=np.int64) for u in utts]
     problem = _Problem(feats, errs)
-    load = os.getloadavg()[0]  # other jobs on the machine during the run
     rng = np.random.default_rng(0)
     dim = len(FEATURES) + 1
     w = np.zeros(dim)
@@ -96,16 +113,17 @@ def main() -> None:
     runs = {}
     for method in ("mert", "risk"):
         t0 = time.perf_counter()
-        result = tune(nbest, refs, [*FEATURES], TuneOptions(method=method))
+        options = TuneOptions(method=method, **({"restarts": 1} if args.smoke else {}))
+        result = tune(nbest, refs, [*FEATURES], options)
         runs[method] = (time.perf_counter() - t0, result.errors, len(result.start_errors))
     med_fast, med_slow = statistics.median(fast_s), statistics.median(slow_s)
     lines = [
-        "# Tuning speed: exact line search, all lists at once vs one list at a time",
-        "",
-        f"- Date: {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {describe_machine()}; 1-minute load average {load:.2f} at the start",
-        "- Command: `.venv/bin/python bench/bench_tune.py "
-        f"--scored {args.scored.relative_to(REPO_ROOT) if args.scored.is_relative_to(REPO_ROOT) else args.scored}`",  # noqa: E501
+        *benchlib.header(
+            "Tuning speed: exact line search, all lists at once vs one list at a time",
+            threads=threads,
+            ratios="x per-list",
+            absolute="ms, seconds",
+        ),
         f"- Lists: {len(utts):,} dev_clean utterances, up to {problem.F.shape[1]} hypotheses; "
         f"features {', '.join(FEATURES)} and length (row 4 of the LibriSpeech recipe).",
         "",
@@ -124,9 +142,7 @@ def main() -> None:
         *(f"| --method {m} | {n} | {s:.1f} | {e} |" for m, (s, e, n) in runs.items()),
         "",
     ]
-    with atomic_write(args.out) as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+    benchlib.write(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rescorer.core.errors import InputError, check_same_ids, shorten
 from rescorer.core.io import read_lines
-from rescorer.core.json_input import parse_json, type_name
+from rescorer.core.json_input import json_object_lines, type_name
 
 logger = logging.getLogger(__name__)
 
@@ -127,17 +127,8 @@ def _json_value(field: str, value: object, path: Path, lineno: int) -> str | Non
 def _read_jsonl(path: Path) -> Contexts:
     out: Contexts = {}
     first: dict[str, int] = {}
-    for lineno, line in read_lines(path):
-        if not line.strip():
-            continue
-        obj = parse_json(line, path, lineno)
-        if not isinstance(obj, dict):
-            raise InputError(
-                f'expected an object {{"{ID_KEY}": ..., "{FIELDS_KEY}": {{...}}}}, '
-                f"got {type_name(obj)}",
-                path,
-                lineno,
-            )
+    expected = f'an object {{"{ID_KEY}": ..., "{FIELDS_KEY}": {{...}}}}'
+    for lineno, obj in json_object_lines(path, expected):
         if ID_KEY not in obj:
             raise InputError(f'missing "{ID_KEY}" (the utterance id)', path, lineno)
         utt = _check_id(obj[ID_KEY], path, lineno)

@@ -117,8 +117,12 @@ def add_lm_scores(
         ) as bar:
             scores = sentence_scores(lm, sentences, ctx_list, batch_size, bar.update)
     flags = lm.oov_flags(sentences)
-    oov_counts = np.array([f.sum() for f in flags], dtype=np.float64)
-    words = int(sum(len(f) for f in flags))
+    # Per-sentence sums through one cumulative sum (empty sentences included).
+    lengths = np.fromiter(map(len, flags), dtype=np.int64, count=len(flags))
+    ends = np.cumsum(lengths)
+    cum = np.concatenate(([0], np.cumsum(np.concatenate(flags)) if flags else []))
+    oov_counts = (cum[ends] - cum[ends - lengths]).astype(np.float64)
+    words = int(lengths.sum())
     values: dict[str, list[float]] = {}
     oov_values: dict[str, list[float]] = {}
     pos = 0
@@ -129,7 +133,6 @@ def add_lm_scores(
         pos += n
     report = LMFeatureReport(name, len(sentences), words, int(oov_counts.sum()))
     logger.debug("%s", report.describe())
-    nbest = nbest.with_scores(name, values)
-    if oov_feature:
-        nbest = nbest.with_scores(oov_name, oov_values)
+    nbest = nbest.with_features({name: values, oov_name: oov_values} if oov_feature
+                                else {name: values})  # fmt: skip
     return nbest, report

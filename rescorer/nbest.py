@@ -11,11 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from typing import Any, NoReturn
+
+from rescorer.core.bulk import paused_gc
+
+
+class Scores(dict[str, float]):
+    """A hypothesis's scores: a dict that refuses changes (a new hypothesis takes new scores,
+    :meth:`Hypothesis.with_scores`). Being a dict, it is written to JSON as it is and copied at
+    C speed (``.copy()`` gives a plain, changeable dict)."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("hypothesis scores are read-only: use Hypothesis.with_scores")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[type, tuple[dict[str, float]]]:  # pickle, copy: no setitem
+        return (Scores, (dict(self),))
 
 
 def _freeze_scores(scores: Mapping[str, float]) -> Mapping[str, float]:
-    return MappingProxyType({str(k): float(v) for k, v in scores.items()})
+    return Scores({str(k): float(v) for k, v in scores.items()})
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,20 @@ class Hypothesis:
     @property
     def text(self) -> str:
         return " ".join(self.words)
+
+    @classmethod
+    def _checked(
+        cls, words: tuple[str, ...], scores: dict[str, float], tokens: tuple[str, ...] | None
+    ) -> Hypothesis:
+        """A hypothesis from values already of the right types (a tuple of words, a fresh dict
+        of str -> float, a tuple or None): the readers' and the scorers' path, which builds
+        millions of them, without the conversions of ``__init__``."""
+        hyp = object.__new__(cls)
+        fields = hyp.__dict__  # what the frozen dataclass's __init__ fills, filled directly
+        fields["words"] = words
+        fields["scores"] = Scores(scores)
+        fields["tokens"] = tokens
+        return hyp
 
     def with_scores(self, extra: Mapping[str, float]) -> Hypothesis:
         """A copy with ``extra`` scores added (or replaced)."""
@@ -89,6 +122,7 @@ class NBest(Mapping[str, NBestList]):
         self.references: Mapping[str, tuple[str, ...]] | None = (
             None if references is None else {k: tuple(v) for k, v in references.items()}
         )
+        self._score_names: tuple[str, ...] | None = None  # computed on first use
 
     def __getitem__(self, utt_id: str) -> NBestList:
         return self._lists[utt_id]
@@ -107,14 +141,18 @@ class NBest(Mapping[str, NBestList]):
 
     def score_names(self) -> tuple[str, ...]:
         """Score names present on every hypothesis, in first-seen order."""
-        common: list[str] | None = None
-        for nb in self._lists.values():
-            for hyp in nb:
-                if common is None:
-                    common = list(hyp.scores)
-                else:
-                    common = [name for name in common if name in hyp.scores]
-        return tuple(common or ())
+        if self._score_names is None:
+            common: list[str] | None = None
+            for nb in self._lists.values():
+                for hyp in nb:
+                    if common is None:
+                        common = list(hyp.scores)
+                    elif len(hyp.scores) != len(common) or not all(
+                        map(hyp.scores.__contains__, common)
+                    ):
+                        common = [name for name in common if name in hyp.scores]
+            self._score_names = tuple(common or ())
+        return self._score_names
 
     def with_scores(self, name: str, values: Mapping[str, Sequence[float]]) -> NBest:
         """A copy with score ``name`` added to every hypothesis.
@@ -122,19 +160,73 @@ class NBest(Mapping[str, NBestList]):
         ``values[utt_id][i]`` is the score of hypothesis ``i`` of ``utt_id``; every utterance and
         every hypothesis must get a value.
         """
+        return self.with_features({name: values})
+
+    def with_features(self, columns: Mapping[str, Mapping[str, Sequence[float]]]) -> NBest:
+        """A copy with every score of ``columns`` (``{name: {utt_id: values}}``, as for
+        :meth:`with_scores`) added to every hypothesis at once: one new hypothesis each,
+        however many features a model brings."""
+        with paused_gc():  # rescorer.core.bulk
+            return self._with_features(columns)
+
+    def _with_features(self, columns: Mapping[str, Mapping[str, Sequence[float]]]) -> NBest:
+        names = list(columns)
+        checked = Hypothesis._checked
         out = []
         for utt_id, nb in self._lists.items():
-            vals = values[utt_id]
-            if len(vals) != len(nb):
-                raise ValueError(
-                    f"{utt_id}: got {len(vals)} values for score {name!r}, expected {len(nb)}"
-                )
-            out.append(
-                NBestList(
-                    utt_id, tuple(h.with_scores({name: v}) for h, v in zip(nb, vals, strict=True))
-                )
+            cols = []
+            for name in names:
+                vals = columns[name][utt_id]
+                if len(vals) != len(nb):
+                    raise ValueError(
+                        f"{utt_id}: got {len(vals)} values for score {name!r}, expected {len(nb)}"
+                    )
+                cols.append(vals)
+            named = list(zip(names, cols, strict=True))
+            hyps = []
+            for i, hyp in enumerate(nb.hyps):
+                scores = hyp.scores.copy()  # a plain dict
+                for name, col in named:
+                    scores[name] = float(col[i])
+                hyps.append(checked(hyp.words, scores, hyp.tokens))
+            out.append(NBestList(utt_id, tuple(hyps)))
+        new = NBest(out, self.references)
+        if self._score_names is not None:
+            new._score_names = self._score_names + tuple(
+                n for n in names if n not in self._score_names
             )
-        return NBest(out, self.references)
+        return new
+
+    def rename_scores(self, renames: Mapping[str, str]) -> NBest:
+        """A copy with the scores named as keys of ``renames`` named as its values, all at once
+        (``{"a": "b", "b": "a"}`` swaps two). ValueError, naming the score, for an old name that
+        no hypothesis has and for a new name a hypothesis already has for another score."""
+        if not renames:
+            return self
+        seen: set[str] = set()
+        for nb in self._lists.values():
+            for rank, hyp in enumerate(nb, start=1):
+                seen.update(hyp.scores)
+                for old, new in renames.items():
+                    if new in hyp.scores and new not in renames and old in hyp.scores:
+                        raise ValueError(
+                            f"cannot rename score {old!r} to {new!r}: hypothesis {rank} of "
+                            f"{nb.utt_id!r} already has a score {new!r} (rename that one too)"
+                        )
+        if self._lists:
+            missing = [old for old in renames if old not in seen]
+            if missing:
+                raise ValueError(
+                    f"cannot rename score {missing[0]!r}: the lists have no such score (they "
+                    f"have: {', '.join(sorted(seen)) or 'none'})"
+                )
+
+        def renamed(hyp: Hypothesis) -> Hypothesis:
+            scores = {renames.get(k, k): v for k, v in hyp.scores.items()}
+            return Hypothesis(hyp.words, scores, hyp.tokens)
+
+        lists = [NBestList(u, tuple(renamed(h) for h in nb)) for u, nb in self._lists.items()]
+        return NBest(lists, self.references)
 
     def head(self, k: int) -> NBest:
         """Every list cut to its first ``k`` hypotheses (SRILM's ``-max-nbest``)."""

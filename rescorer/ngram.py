@@ -2,12 +2,20 @@
 
 The programs are found, or built once from the kenlm source package into a user cache, by
 :mod:`rescorer.kenlm_tools`.
+
+The output's name says its format, as KenLM users name their files (:func:`model_format`):
+``.arpa`` is ARPA text, ``.arpa.gz`` gzipped ARPA text, ``.bin``, ``.binary``, ``.klm`` and
+``.mmap`` a KenLM binary (``build_binary``'s trie or probing structure). The training text is
+plain (one sentence per line), Kaldi ``id words``, ``id<TAB>sentence`` (tsv) or sclite trn
+(:data:`TRAINING_TEXT_FORMATS`), optionally normalised as ``wer``, ``rescore`` and
+``keyboard-eval`` normalise (``--normalize``, :mod:`rescorer.normalize`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import gzip
 import logging
 import os
 import re
@@ -24,10 +32,20 @@ from rescorer.core.errors import InputError, KenLMToolError
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file, clean_stale
 from rescorer.kenlm_tools import find_program
+from rescorer.normalize import get_normalizer
 
 logger = logging.getLogger(__name__)
 
 BINARY_TYPES = ("trie", "probing")
+# Names of the output, by format (the name of a KenLM binary varies: these are the usual ones)
+ARPA_SUFFIXES = (".arpa", ".arpa.gz")
+BINARY_SUFFIXES = (".bin", ".binary", ".klm", ".mmap")
+TRAINING_TEXT_FORMATS = ("plain", "kaldi", "tsv", "trn")
+"""Training text: a sentence per line; Kaldi ``id words``; ``id<TAB>sentence``; sclite trn
+(``words (id)``). The ids are dropped: lmplz sees the words only."""
+# Words lmplz refuses in its text (unless --skip-symbols)
+SPECIAL_WORDS = frozenset({"<s>", "</s>", "<unk>"})
+_TRN_ID = re.compile(r"\s*\(([^()\s]+)\)\s*$")
 # lmplz's -S: a percentage of physical memory or a size with an optional unit (bytes by default)
 _MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([%bKMGT]?)$")
 _UNITS = {"": 1, "b": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -86,9 +104,18 @@ class NgramOptions:
     temp_dir: Path | None = None
     # Further lmplz arguments, passed as given.
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    # Layout of the training texts (TRAINING_TEXT_FORMATS); the ids are dropped.
+    text_format: str = "plain"
+    # Text normaliser spec applied to every sentence (rescorer.normalize; "none": as written).
+    normalize: str = "none"
 
     def __post_init__(self) -> None:
         check_memory(self.memory)
+        if self.text_format not in TRAINING_TEXT_FORMATS:
+            raise ValueError(
+                f"text_format must be one of {TRAINING_TEXT_FORMATS}, got {self.text_format!r}"
+            )
+        get_normalizer(self.normalize)  # ValueError for a bad spec
         if not 1 <= self.order <= 6:
             raise ValueError(f"order must be between 1 and 6 (KenLM's max), got {self.order}")
         if self.prune:
@@ -102,6 +129,33 @@ class NgramOptions:
                 raise ValueError(f"prune thresholds must not decrease, got {self.prune}")
         if self.binary is not None and self.binary not in BINARY_TYPES:
             raise ValueError(f"binary must be one of {BINARY_TYPES} or None, got {self.binary!r}")
+
+
+def model_format(out: str | Path, arpa: bool | None = None) -> str:
+    """The format the output's name asks for: ``"arpa"``, ``"arpa.gz"`` or ``"binary"``.
+
+    ``arpa`` True (``--arpa``) asks for ARPA text whatever the name, except a binary's name;
+    a name of no known format is refused unless ``arpa`` is True. ValueError (one line, naming
+    the suffixes expected) for a name that contradicts ``arpa`` or says no format.
+    """
+    name = Path(out).name.lower()
+    expected = (
+        f"expected a name ending in {' or '.join(ARPA_SUFFIXES)} (ARPA text) or "
+        f"{', '.join(BINARY_SUFFIXES)} (KenLM binary)"
+    )
+    if name.endswith(".arpa.gz"):
+        return "arpa.gz"
+    if name.endswith(".arpa"):
+        return "arpa"
+    if name.endswith(BINARY_SUFFIXES):
+        if arpa:
+            raise ValueError(
+                f"{out}: --arpa writes ARPA text but the name is a binary's; {expected}"
+            )
+        return "binary"
+    if arpa:
+        return "arpa"
+    raise ValueError(f"{out}: cannot tell the model format from the name: {expected}")
 
 
 def _toolkit_flags(text: str) -> str:
@@ -196,7 +250,7 @@ def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Pat
             stdin.close()
     for line in proc.stderr.splitlines():
         if line.strip():
-            logger.debug("%s: %s", Path(cmd[0]).name, line)
+            logger.debug("%s: %s", Path(cmd[0]).name, _toolkit_flags(line))
     if proc.returncode != 0:
         lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
         if "BadDiscountException" in proc.stderr:
@@ -215,20 +269,71 @@ def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Pat
         )
 
 
-def write_corpus(texts: Sequence[Path], corpus: Path) -> None:
+def training_sentence(line: str, text_format: str, path: Path, lineno: int) -> str:
+    """The sentence of one line of training text in ``text_format`` (its id dropped)."""
+    if text_format == "plain":
+        return line
+    if text_format == "kaldi":
+        parts = line.split(None, 1)
+        return parts[1] if len(parts) > 1 else ""
+    if text_format == "tsv":
+        cols = line.split("\t")
+        if len(cols) != 2:
+            raise InputError(
+                f"expected 'id<TAB>sentence' (--text-format tsv), got {len(cols)} "
+                "tab-separated columns",
+                path,
+                lineno,
+            )
+        return cols[1]
+    m = _TRN_ID.search(line)
+    if m is None:
+        raise InputError(
+            "expected a trn line 'words (id)' (--text-format trn), got no '(id)' at the end",
+            path,
+            lineno,
+        )
+    return line[: m.start()]
+
+
+def write_corpus(
+    texts: Sequence[Path],
+    corpus: Path,
+    text_format: str = "plain",
+    normalize: str = "none",
+    skip_symbols: bool = False,
+) -> None:
     """The training texts as one LF-separated UTF-8 file for lmplz, read through the input
     layer: a byte-order mark and CR line ends are normalised, blank lines left out (the same
     model with or without them); binary data, UTF-16 and undecodable bytes are refused with
-    file:line, and so is a text without a word."""
+    file:line, and so is a text without a word. Each line's sentence is taken as
+    ``text_format`` says and normalised by ``normalize``; without ``skip_symbols``, a ``<s>``,
+    ``</s>`` or ``<unk>`` in it is refused with file:line (lmplz would stop at it)."""
+    normalizer = get_normalizer(normalize)
     with open(corpus, "w", encoding="utf-8", newline="\n") as dst:
         for text in texts:
             words = 0
-            for _, line in read_lines(text):
-                n = len(line.split())
-                if n == 0:  # a blank line is no sentence (lmplz would count "<s> </s>")
+            for lineno, line in read_lines(text):
+                if not line.strip():
                     continue
-                words += n
-                dst.write(line + "\n")
+                sentence = training_sentence(line, text_format, text, lineno)
+                if not normalizer.is_identity:
+                    sentence = normalizer.text(sentence)
+                tokens = sentence.split()
+                if not tokens:  # a blank line is no sentence (lmplz would count "<s> </s>")
+                    continue
+                if not skip_symbols:
+                    special = next((t for t in tokens if t in SPECIAL_WORDS), None)
+                    if special is not None:
+                        raise InputError(
+                            f"expected no <s>, </s> or <unk> in training text "
+                            f"(lmplz refuses them), got {special!r}; rerun with --skip-symbols "
+                            "to read them as spaces",
+                            text,
+                            lineno,
+                        )
+                words += len(tokens)
+                dst.write(" ".join(tokens) + "\n")
             if words == 0:
                 raise InputError(
                     "expected training text (one sentence per line), got no words", text
@@ -236,17 +341,32 @@ def write_corpus(texts: Sequence[Path], corpus: Path) -> None:
 
 
 def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramOptions()) -> Path:
-    """Train an n-gram on ``texts`` (one sentence per line, tokens split by spaces).
+    """Train an n-gram on ``texts`` (one sentence per line, tokens split by spaces; see
+    ``options.text_format`` and ``options.normalize``).
 
     Writes ``out`` (ARPA when ``options.binary`` is None, else a KenLM binary) through a temp file
     in the same folder, so a failed build leaves any earlier model in place. Returns ``out``.
+    A name ending in ``.arpa.gz`` is written gzipped. A name that says one format
+    (:func:`model_format`) while ``options`` ask for the other is a ValueError: ``x.arpa``
+    never holds a binary.
     """
     texts = [check_input_file(t) for t in texts]
     if not texts:
         raise ValueError("no training text given")
+    out = Path(out)
+    try:
+        named: str | None = model_format(out)
+    except ValueError:
+        named = None  # a name of no known format: the options decide (the CLI refuses it)
+    if named == "binary" and options.binary is None:
+        raise ValueError(f"{out}: the name is a KenLM binary's but binary=None asks for ARPA")
+    if named in ("arpa", "arpa.gz") and options.binary is not None:
+        raise ValueError(
+            f"{out}: the name is an ARPA file's but binary={options.binary!r} asks for a "
+            "binary; pass binary=None, or name it .bin"
+        )
     lmplz = find_program("lmplz")
     build_binary = find_program("build_binary") if options.binary else None
-    out = Path(out)
     check_output_file(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Named like the output layer's temporaries, so a killed build's folder is cleaned later:
@@ -259,7 +379,7 @@ def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramO
     ) as tmp_str:
         tmp = Path(tmp_str)
         corpus = tmp / "corpus.txt"
-        write_corpus(texts, corpus)
+        write_corpus(texts, corpus, options.text_format, options.normalize, options.skip_symbols)
         arpa = tmp / "model.arpa"
         cmd: list[str] = [str(lmplz), "-o", str(options.order), "-S", options.memory]
         cmd += ["-T", str(tmp), "--arpa", str(arpa)]
@@ -271,7 +391,11 @@ def build_ngram(texts: Iterable[Path], out: Path, options: NgramOptions = NgramO
             cmd.append("--skip_symbols")
         cmd += list(options.extra_args)
         _run(cmd, stdin_path=corpus, texts=texts)
-        if build_binary is None:
+        if build_binary is None and named == "arpa.gz":
+            result = tmp / "model.arpa.gz"
+            with open(arpa, "rb") as src, gzip.open(result, "wb") as dst:
+                shutil.copyfileobj(src, dst, 2**20)
+        elif build_binary is None:
             result = arpa
         else:
             result = tmp / "model.bin"

@@ -15,9 +15,10 @@ LanguageModel in one:
 
 * KenLM (:class:`KenLMNextWord`): every candidate is scored with the state API after the
   history's state (:meth:`rescorer.lms.kenlm.KenLM.logprobs_after`); the arrays are cached per KenLM
-  state, so histories that end in the same n-gram context share one computation. KenLM's binary
-  format does not expose its vocabulary: it is read from an ARPA file's unigrams, or given as a
-  word list (``--vocab``).
+  state, so histories that end in the same n-gram context share one computation. KenLM's Python
+  module does not list a model's vocabulary: it is read from an ARPA file's unigrams or from
+  the words a binary stores at its end (:func:`rescorer.lms.kenlm.kenlm_words`), or given as a
+  word list (``--vocab``; ``rescorer ngram vocab`` writes one).
 * torch checkpoints (:class:`TorchNextWord`): one LSTM step gives the whole softmax; the adapter
   keeps the LSTM state and the distribution after each committed word, so each word typed costs
   one step. It uses TorchLM's public attributes only (``model``, ``vocab_tokens``,
@@ -66,7 +67,7 @@ import math
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -78,7 +79,7 @@ from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
 from rescorer.core.json_input import json_object, parse_json
 from rescorer.lms.contract import Context, LanguageModel
-from rescorer.lms.kenlm import KenLM, is_arpa_text, read_head
+from rescorer.lms.kenlm import KenLM, read_arpa_unigrams, read_binary_words
 from rescorer.text import CASE_MODES, case_function
 
 logger = logging.getLogger(__name__)
@@ -147,34 +148,10 @@ def read_word_list(path: str | Path) -> list[str]:
     return list(words)
 
 
-def read_arpa_unigrams(path: str | Path) -> list[str] | None:
-    """The unigram words of an ARPA file (``.gz`` too), or None when it is not ARPA text.
-
-    KenLM binaries (and anything else that does not start with ``\\data\\``) give None.
-    """
-    path = Path(path)
-    if not is_arpa_text(read_head(path)):
-        return None
-    words: list[str] = []
-    in_unigrams = False
-    for lineno, line in read_lines(path):
-        line = line.strip()
-        if line.startswith("\\"):
-            if in_unigrams:
-                break
-            in_unigrams = line == "\\1-grams:"
-            continue
-        if in_unigrams and line:
-            parts = line.split()
-            if len(parts) < 2:
-                raise InputError(f"expected 'logprob word [backoff]', got {line!r}", path, lineno)
-            words.append(parts[1])
-    return words
-
-
 def native_vocabulary(lm: Any) -> list[str] | None:
-    """A model's own vocabulary when it can tell: ``vocabulary()``, ``vocab_tokens``, or the
-    unigrams of a KenLM model in ARPA form. None otherwise (a KenLM binary, say)."""
+    """A model's own vocabulary when it can tell: ``vocabulary()``, ``vocab_tokens``, the
+    unigrams of a KenLM model in ARPA form or the words a KenLM binary stores. None otherwise
+    (a binary built with ``build_binary -v``, say)."""
     vocab = getattr(lm, "vocabulary", None)
     if callable(vocab):
         return list(vocab())
@@ -182,7 +159,13 @@ def native_vocabulary(lm: Any) -> list[str] | None:
     if tokens is not None:
         return list(tokens)
     if isinstance(lm, KenLM):
-        return read_arpa_unigrams(lm.path)
+        words = read_arpa_unigrams(lm.path)
+        if words is None:
+            try:
+                words = read_binary_words(lm.path)
+            except InputError:  # a binary without its words
+                return None
+        return words
     return None
 
 
@@ -205,7 +188,8 @@ def shared_vocabulary(lms: Sequence[Any], words: Sequence[str] | None = None) ->
     if not union:
         raise ValueError(
             f"no vocabulary to predict from: model(s) {without} do not expose one (a KenLM "
-            "binary does not); give a word list (--vocab) or an ARPA model"
+            "binary built with build_binary -v does not); give a word list with --vocab "
+            "(`rescorer ngram vocab MODEL.arpa --out words.txt` writes a KenLM model's words)"
         )
     if without:
         logger.warning(
@@ -556,6 +540,27 @@ def em_mixture_weights(
         if done:
             break
     return w
+
+
+def predictable_logprobs(
+    models: Sequence[LanguageModel],
+    sentences: Sequence[Sequence[str]],
+    vocabulary: Collection[str],
+    contexts: Sequence[Context | None] | None = None,
+) -> np.ndarray:
+    """``(models, tokens)`` natural-log probabilities of the held-out words a keyboard mixing
+    ``models`` could suggest: in ``vocabulary`` and known to every model (``</s>`` is never
+    suggested): the columns :func:`em_mixture_weights` fits. Each model scores the sentences
+    with ``contexts`` (a model without context ignores them)."""
+    scores = [m.token_logprobs(sentences, contexts) for m in models]
+    flags = [m.oov_flags(sentences) for m in models]
+    columns: list[list[float]] = [[] for _ in models]
+    for i, words in enumerate(sentences):
+        for j, word in enumerate(words):
+            if word in vocabulary and not any(f[i][j] for f in flags):
+                for column, lp in zip(columns, scores, strict=True):
+                    column.append(float(lp[i][j]))
+    return np.array(columns, dtype=np.float64)
 
 
 # -- prefix index, predictor, sessions ------------------------------------------------------------

@@ -28,8 +28,14 @@ from rescorer.cli.options import (
 )
 from rescorer.core.errors import InputError, check_same_ids
 from rescorer.core.output import atomic_write
+from rescorer.formats.sclite import SegmentedText, read_ctm, read_stm, segment_ctm
 from rescorer.normalize import NoiseWords, Normalizer
-from rescorer.refs import read_references
+from rescorer.refs import (
+    HYP_FORMATS,
+    detect_reference_format,
+    read_hypothesis_text,
+    read_references,
+)
 from rescorer.wer import score_corpus
 
 if TYPE_CHECKING:
@@ -42,9 +48,54 @@ logger = logging.getLogger(__name__)
 # -- wer ----------------------------------------------------------------------------------------
 
 
-def read_hyp_text(path: Path, fmt: str) -> dict[str, tuple[str, ...]]:
-    """A hypothesis text (``--hyp``, ``--compare``): Kaldi ``uttid words`` or sclite trn."""
-    return read_references(path, None if fmt == "auto" else fmt)
+def read_hyp_text(path: Path, fmt: str, id_key: str | None = None) -> dict[str, tuple[str, ...]]:
+    """A hypothesis text (``--hyp``, ``--compare``): Kaldi ``uttid words``, sclite trn or a
+    NeMo manifest's ``pred_text``."""
+    return read_hypothesis_text(path, None if fmt == "auto" else fmt, id_key)
+
+
+def _format_of(path: Path, fmt: str) -> str:
+    return detect_reference_format(path) if fmt == "auto" else fmt
+
+
+def read_stm_ctm_inputs(
+    ref_path: Path | None,
+    ref_format: str,
+    hyp_path: Path,
+    hyp_format: str,
+    compare_path: Path | None,
+) -> tuple[SegmentedText, SegmentedText | None] | None:
+    """An stm ``--ref`` with a ctm ``--hyp`` and ``--compare`` (None without it), each cut into
+    the stm's segments (:mod:`rescorer.formats.sclite`); None when neither is an stm or a ctm; an
+    :class:`InputError` (one line) for an stm or a ctm with a text of another kind."""
+    hyp_fmt = _format_of(hyp_path, hyp_format)
+    ref_fmt = None if ref_path is None else _format_of(ref_path, ref_format)
+    if ref_fmt != "stm" and hyp_fmt != "ctm":
+        return None
+    if ref_path is None:
+        raise click.UsageError("a ctm --hyp is scored against an stm --ref: give --ref")
+    if ref_fmt != "stm":
+        read_references(ref_path, ref_fmt)  # refuses with the candidates what looks like stm
+        raise InputError(
+            f"a ctm hypothesis is scored against an sclite stm reference (--ref-format stm), "
+            f"not {ref_fmt}: its words have times, not utterance ids",
+            ref_path,
+        )
+    texts = [(hyp_path, hyp_fmt)]
+    if compare_path is not None:
+        texts.append((compare_path, _format_of(compare_path, hyp_format)))
+    for path, fmt in texts:
+        if fmt != "ctm":
+            read_hyp_text(path, fmt)  # refuses with the candidates what looks like a ctm
+            raise InputError(
+                f"an stm reference is scored against an sclite ctm hypothesis (--hyp-format "
+                f"ctm: 'file channel begin duration word'), not {fmt}: a {fmt} text has no word "
+                "times to place its words in the stm's segments",
+                path,
+            )
+    segments = read_stm(ref_path)
+    cut = [segment_ctm(segments, read_ctm(path), ref_path, path) for path, _ in texts]
+    return cut[0], (cut[1] if len(cut) > 1 else None)
 
 
 def first_and_oracle(
@@ -102,15 +153,24 @@ def write_alignments(
     "--hyp",
     "hyp_path",
     type=EXISTING_FILE,
-    help="Hypotheses as Kaldi 'uttid words' text or sclite trn ('words (id)').",
+    help="Hypotheses as Kaldi 'uttid words' text, sclite trn ('words (id)'), a NeMo manifest "
+    "('pred_text'), or an sclite ctm (time-marked words, against an stm --ref).",
 )
 @click.option(
     "--hyp-format",
-    type=click.Choice(["auto", "trn", "kaldi"]),
+    type=click.Choice(["auto", *HYP_FORMATS]),
     default="auto",
     show_default=True,
-    help="Format of --hyp and --compare (auto: trn when named *.trn or the first line ends "
-    "in '(id)').",
+    help="Format of --hyp and --compare (auto: by name, *.trn, *.ctm, a *.json/*.jsonl NeMo "
+    "manifest, or trn when the first line ends in '(id)', else Kaldi text; a file that looks "
+    "like another format is refused).",
+)
+@click.option(
+    "--id-key",
+    metavar="KEY",
+    default=None,
+    help="NeMo manifests: the key holding the utterance id (default: the file name of "
+    "'audio_filepath' without its extension).",
 )
 @click.option("--nbest", "nbest_path", type=EXISTING, help="Score the first hypothesis of lists.")
 @click.option("--format", "fmt", type=FORMAT_CHOICE, default="auto", show_default=True)
@@ -128,7 +188,12 @@ def write_alignments(
     type=EXISTING_FILE,
     help="A second system ('uttid words' text): test the difference for significance.",
 )
-@click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance (per-speaker rows).")
+@click.option(
+    "--utt2spk",
+    type=EXISTING_FILE,
+    help="Speaker of each utterance (per-speaker rows of --summary). Without it, a trn --ref "
+    "groups by sclite's rule: the id up to its first '-'.",
+)
 @click.option("--cer", is_flag=True, help="Character error rate instead of word error rate.")
 @click.option(
     "--per-utt",
@@ -158,6 +223,7 @@ def wer(
     allow_extra_refs: bool,
     hyp_path: Path | None,
     hyp_format: str,
+    id_key: str | None,
     nbest_path: Path | None,
     fmt: str,
     max_nbest: int | None,
@@ -173,9 +239,10 @@ def wer(
 ) -> None:
     """Word error rate against references.
 
-    Scores a hypothesis text (Kaldi or trn), or the first hypotheses of N-best lists (--oracle
-    adds the best achievable choice from the lists). N-best files that hold references (json,
-    jsonl, hyporadise) need no --ref; --ref wins when given.
+    Scores a hypothesis text (Kaldi, trn or a NeMo manifest), a ctm against an stm segment by
+    segment as sclite does (speakers from the stm), or the first hypotheses of N-best lists
+    (--oracle adds the best achievable choice from the lists). N-best files that hold
+    references (json, jsonl, hyporadise) need no --ref; --ref wins when given.
 
     \b
     Examples:
@@ -186,6 +253,8 @@ def wer(
       rescorer wer --ref REF.trn --hyp hyp.trn --align hyp.pra
       rescorer wer --ref REF.trn --hyp A.txt --compare B.txt
       rescorer wer --ref REF.trn --hyp hyp.txt --noise-words noise.txt
+      rescorer wer --ref REF.stm --hyp hyp.ctm
+      rescorer wer --ref manifest.json --hyp manifest.json
     """
     if (hyp_path is None) == (nbest_path is None):
         raise click.UsageError("give exactly one of --hyp or --nbest")
@@ -198,26 +267,44 @@ def wer(
     unit = "char" if cer else "word"
     noise = load_noise_words(noise_path)
     oracle_report = None
+    timed = None
     if hyp_path is not None:
-        hyps = noise.mapping(normalizer.mapping(read_hyp_text(hyp_path, hyp_format)))
-        refs = load_refs(ref_path, ref_format, list(hyps), hyp_path, allow_extra_refs)
+        timed = read_stm_ctm_inputs(ref_path, ref_format, hyp_path, hyp_format, compare_path)
+    if timed is not None:
+        if utt2spk is not None:
+            raise click.UsageError("the stm names the speakers: drop --utt2spk")
+        cut = timed[0]
+        hyps = noise.mapping(normalizer.mapping(cut.hyps))
+        refs = noise.mapping(normalizer.mapping(cut.refs))
+        speakers: dict[str, str] | None = cut.speakers
+        label = str(hyp_path)
+    elif hyp_path is not None:
+        hyps = noise.mapping(normalizer.mapping(read_hyp_text(hyp_path, hyp_format, id_key)))
+        refs = load_refs(ref_path, ref_format, list(hyps), hyp_path, allow_extra_refs, id_key)
         refs = noise.mapping(normalizer.mapping(refs))
-        speakers = load_speakers(utt2spk, list(hyps), hyp_path)
+        speakers = load_speakers(utt2spk, list(hyps), hyp_path, ref_path, ref_format)
         label = str(hyp_path)
     else:
         assert nbest_path is not None
         source = open_source(nbest_path, fmt, max_nbest=max_nbest)
-        raw = resolve_refs(ref_path, ref_format, source, nbest_path, allow_extra=allow_extra_refs)
+        raw = resolve_refs(
+            ref_path, ref_format, source, nbest_path, allow_extra=allow_extra_refs, id_key=id_key
+        )
         assert raw is not None  # required
         refs = noise.mapping(normalizer.mapping(raw))
-        speakers = load_speakers(utt2spk, list(source), nbest_path)
+        speakers = load_speakers(utt2spk, list(source), nbest_path, ref_path, ref_format)
         hyps, oracle_report = first_and_oracle(source, refs, normalizer, noise, with_oracle)
         label = f"{nbest_path} (first hypotheses)"
     source_path = hyp_path or nbest_path
     tag = normalized_label(normalizer, noise)
     other = None
     if compare_path is not None:  # read before anything is written
-        other = noise.mapping(normalizer.mapping(read_hyp_text(compare_path, hyp_format)))
+        raw_other = (
+            timed[1].hyps
+            if timed is not None and timed[1] is not None
+            else read_hyp_text(compare_path, hyp_format, id_key)
+        )
+        other = noise.mapping(normalizer.mapping(raw_other))
         check_same_ids(
             set(hyps), set(other), "compared hypothesis", compare_path, against=source_path
         )

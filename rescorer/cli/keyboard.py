@@ -24,7 +24,7 @@ from rescorer.cli.options import (
     load_contexts,
     normalize_option,
     out_option,
-    quiet,
+    progress_bars,
 )
 from rescorer.core.errors import check_same_ids
 from rescorer.core.output import atomic_write
@@ -75,7 +75,8 @@ def prediction_options(fn: F) -> F:
         type=EXISTING_FILE,
         default=None,
         help="Word list to predict from (first field per line). Default: the union of the "
-        "models' vocabularies (a KenLM binary has none: give this, or an ARPA model).",
+        "models' vocabularies (a KenLM model's: its ARPA unigrams or the words its binary "
+        "stores; `rescorer ngram vocab MODEL --out words.txt` writes them to edit).",
     )(fn)
     fn = click.option(
         "--weights",
@@ -118,6 +119,26 @@ def _load_predictor(
     lms = [load_lm(spec, case=lm_case, **options) for spec in lm_specs]
     words = read_word_list(vocab_path) if vocab_path is not None else None
     return build_predictor(lms, weights, mix, words, lm_case)
+
+
+def oov_warning(rate: float, vocabulary: int, normalizer: Normalizer) -> str:
+    """The warning of keyboard-eval for a test text with many words outside the vocabulary:
+    advice to normalise raw text, or, when --normalize was given, to build the model from text
+    normalised the same way."""
+    head = (
+        f"warning: {100 * rate:.1f}% of the test words are outside the {vocabulary}-word "
+        "vocabulary and can never be suggested; "
+    )
+    if normalizer.is_identity:
+        return head + (
+            "raw text (case, punctuation) is the usual cause: normalise it as the training "
+            "text was, e.g. --normalize english"
+        )
+    return head + (
+        f"the test text was normalised (--normalize {normalizer.name}): were the model's "
+        f"training text and --vocab normalised alike (e.g. rescorer ngram build --normalize "
+        f"{normalizer.name})?"
+    )
 
 
 def _context_fields(items: Sequence[str]) -> dict[str, str] | None:
@@ -331,7 +352,11 @@ def keyboard_eval(
     others = read_sentence_results(compare_path) if compare_path is not None else None
     predictor = _load_predictor(lm_specs, mix, weights, vocab_path, lm_case, device)
     with tqdm(
-        total=len(sentences), desc="typing", unit="sent", disable=quiet(), file=sys.stderr
+        total=len(sentences),
+        desc="typing",
+        unit="sent",
+        disable=not progress_bars(),
+        file=sys.stderr,
     ) as bar:
         result = evaluate(predictor, sentences, contexts, options, progress=bar.update)
     if per_sentence_path is not None:
@@ -343,11 +368,7 @@ def keyboard_eval(
     click.echo(result.report.summary())
     if result.report.oov_rate > OOV_WARNING_RATE:
         click.echo(
-            f"warning: {100 * result.report.oov_rate:.1f}% of the test words are outside the "
-            f"{result.report.vocabulary}-word vocabulary and can never be suggested; raw text "
-            "(case, punctuation) is the usual cause: normalise it as the training text was, "
-            "e.g. --normalize english",
-            err=True,
+            oov_warning(result.report.oov_rate, result.report.vocabulary, normalizer), err=True
         )
     if others is not None:
         ids = {r.id for r in result.sentences}

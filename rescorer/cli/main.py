@@ -24,7 +24,7 @@ import os
 import click
 from click.core import ParameterSource
 
-from rescorer.core import runtime
+from rescorer.core import bulk, runtime
 
 # Command name -> "module:attribute" of its click command, imported on first use.
 COMMANDS: dict[str, str] = {
@@ -105,9 +105,20 @@ def main(verbose: int, quiet: bool, threads: str) -> None:
     source = click.get_current_context().get_parameter_source("threads")
     given = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
     runtime.configure(
-        runtime.RuntimeOptions(threads=count, keep_freed_memory=keep, threads_given=given)
+        runtime.RuntimeOptions(
+            threads=count, keep_freed_memory=keep, threads_given=given, quiet=quiet
+        )
     )
 
 
-if __name__ == "__main__":  # pragma: no cover
+def run() -> None:
+    """The ``rescorer`` program (and ``python -m rescorer``): :func:`main` in a process of its
+    own, which ends with the command, so bulk steps may freeze what they made
+    (:mod:`rescorer.core.bulk`). Tests call :func:`main` in their long-lived process and keep
+    the collector's default."""
+    bulk.freeze_after_bulk()
     main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,18 +25,29 @@ from rescorer.cli.options import (
     handle_errors,
     lm_case_option,
     load_contexts,
-    quiet,
+    normalize_option,
+    progress_bars,
     read_text_sentences,
     show_epochs,
     text_format_option,
 )
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
+from rescorer.core.output import atomic_write
 from rescorer.export.format import KINDS as EXPORT_KINDS
 from rescorer.export.format import VECTOR_KINDS
 from rescorer.lms import load_lm
 from rescorer.lms.contract import LMSpec
-from rescorer.ngram import BINARY_TYPES, NgramOptions, build_ngram
+from rescorer.lms.kenlm import kenlm_words
+from rescorer.ngram import (
+    BINARY_TYPES,
+    SPECIAL_WORDS,
+    TRAINING_TEXT_FORMATS,
+    NgramOptions,
+    build_ngram,
+    model_format,
+)
+from rescorer.normalize import Normalizer
 
 if TYPE_CHECKING:
     from rescorer.lm_models.lstm.model import ContextLSTM
@@ -165,6 +177,15 @@ def ngram() -> None:
     required=True,
     help="Training text, one sentence per line (repeatable).",
 )
+@click.option(
+    "--text-format",
+    type=click.Choice(TRAINING_TEXT_FORMATS),
+    default="plain",
+    show_default=True,
+    help="plain: words only; kaldi: 'id words' (a Kaldi text file); tsv: 'id<TAB>sentence' "
+    "(Enron Mobile); trn: sclite 'words (id)'. The ids are dropped.",
+)
+@normalize_option(applies_to="the training text (as wer, rescore and keyboard-eval will)")
 @click.option("--order", type=click.IntRange(1, 6), default=4, show_default=True)
 @click.option(
     "--prune",
@@ -173,14 +194,35 @@ def ngram() -> None:
     help="Count thresholds per order, e.g. 0,0,1 (unigrams cannot be pruned).",
 )
 @click.option("--memory", default="2G", show_default=True, help="lmplz sort memory (-S).")
-@click.option("--arpa", "arpa", is_flag=True, help="Keep ARPA text instead of a binary.")
-@click.option("--binary-type", type=click.Choice(BINARY_TYPES), default="trie", show_default=True)
+@click.option(
+    "--arpa",
+    "arpa",
+    is_flag=True,
+    help="Write ARPA text whatever the --out name (a binary's name is refused); an .arpa or "
+    ".arpa.gz name needs no flag.",
+)
+@click.option(
+    "--binary-type",
+    type=click.Choice(BINARY_TYPES),
+    default="trie",
+    show_default=True,
+    help="build_binary's data structure of a binary model: trie (smaller) or probing (faster).",
+)
 @click.option("--discount-fallback", is_flag=True, help="Fallback discounts for tiny corpora.")
 @click.option("--skip-symbols", is_flag=True, help="Treat <s>, </s>, <unk> in text as spaces.")
-@click.option("--out", "out_path", type=OUT_FILE, required=True)
+@click.option(
+    "--out",
+    "out_path",
+    type=OUT_FILE,
+    required=True,
+    help="The model; its name says the format: .arpa (ARPA text), .arpa.gz (gzipped ARPA), "
+    ".bin, .binary, .klm or .mmap (KenLM binary). Other names need --arpa.",
+)
 @handle_errors
 def ngram_build(
     texts: tuple[Path, ...],
+    text_format: str,
+    normalizer: Normalizer,
     order: int,
     prune: tuple[int, ...] | None,
     memory: str,
@@ -190,23 +232,61 @@ def ngram_build(
     skip_symbols: bool,
     out_path: Path,
 ) -> None:
-    """Build an n-gram model with lmplz (and build_binary).
+    """Build an n-gram model with lmplz (and build_binary for a binary --out name).
 
     \b
-    Example:
+    Examples:
       rescorer ngram build --text books.txt --order 4 --prune 0,0,1,1 --out 4gram.bin
+      rescorer ngram build --text mobile.tsv --text-format tsv --normalize english \\
+          --order 3 --out 3gram.arpa
     """
+    try:
+        fmt = model_format(out_path, arpa)
+    except ValueError as err:
+        raise InputFailure(str(err)) from None
     options = NgramOptions(
         order=order,
         prune=prune or (),
         memory=memory,
-        binary=None if arpa else binary_type,
+        binary=None if fmt != "binary" else binary_type,
         discount_fallback=discount_fallback,
         skip_symbols=skip_symbols,
+        text_format=text_format,
+        normalize=normalizer.name,
     )
     build_ngram(texts, out_path, options)
     click.echo(f"wrote {out_path} ({out_path.stat().st_size / 2**20:.1f} MiB)")
 
+
+@ngram.command(name="vocab")
+@click.argument("model_path", metavar="MODEL", type=EXISTING_FILE)
+@click.option(
+    "--out",
+    "out_path",
+    type=OUT_FILE,
+    required=True,
+    help="The word list: one word per line, in the model's order, without <s>, </s>, <unk>.",
+)
+@handle_errors
+def ngram_vocab(model_path: Path, out_path: Path) -> None:
+    """Write the words of a KenLM model (ARPA, .arpa.gz or binary), one per line.
+
+    The list is what predict and keyboard-eval take as --vocab. An ARPA model's words are its
+    unigrams; a binary's are the strings KenLM stores at its end (every binary that
+    build_binary writes without -v, so every one of `ngram build`).
+
+    \b
+    Example:
+      rescorer ngram vocab 4gram.bin --out words.txt
+    """
+    words = [w for w in kenlm_words(model_path) if w not in SPECIAL_WORDS]
+    if not words:
+        raise InputError(
+            "expected a model with words besides <s>, </s>, <unk>, got none", model_path
+        )
+    with atomic_write(out_path) as f:
+        f.write("".join(w + "\n" for w in words))
+    click.echo(f"wrote {len(words)} words to {out_path}")
 
 
 @ngram.command(name="setup")
@@ -338,9 +418,17 @@ def train_cmd(
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
     result = train(
-        cfg, data_dir or default_data_dir(), out_dir, resume, progress=not quiet(), init=init_dir
+        cfg,
+        data_dir or default_data_dir(),
+        out_dir,
+        resume,
+        progress=progress_bars(),
+        init=init_dir,
     )
     closed = close_world()  # under torchrun: every process leaves the group together
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, the first process reports
+        end_process(closed)
+        return
     click.echo(
         f"best dev perplexity {result.best_dev_ppl:.2f} at epoch {result.best_epoch}; "
         f"checkpoint {out_dir / 'best'}"

@@ -44,7 +44,7 @@ from rescorer.normalize import (
     get_normalizer,
     read_noise_words,
 )
-from rescorer.refs import match_references, read_references, read_utt2spk
+from rescorer.refs import REF_FORMATS, match_references, read_references, read_utt2spk
 from rescorer.text import CASE_MODES
 
 if TYPE_CHECKING:  # what only some commands use is imported there (start-up time of `wer`)
@@ -150,6 +150,13 @@ def handle_errors(fn: F) -> F:
 def quiet() -> bool:
     ctx = click.get_current_context()
     return bool(ctx.find_root().params.get("quiet"))
+
+
+def progress_bars() -> bool:
+    """Whether a command draws progress bars: not with ``-q``, not into a file or a pipe (a
+    redirected log would fill with redrawn bars; the summary lines still come), and only in
+    the first process of a torchrun group (``RANK`` 0)."""
+    return not quiet() and sys.stderr.isatty() and os.environ.get("RANK", "0") == "0"
 
 
 def show_epochs() -> None:
@@ -609,17 +616,20 @@ def ref_options(required: bool) -> Callable[[F], F]:
         fn = allow_extra_refs_option(fn)
         fn = click.option(
             "--ref-format",
-            type=click.Choice(["auto", "trn", "kaldi"]),
+            type=click.Choice(["auto", *REF_FORMATS]),
             default="auto",
             show_default=True,
-            help="Reference format.",
+            help="Reference format (auto: by name, *.trn, *.stm, a *.json/*.jsonl NeMo "
+            "manifest, or a first line ending in '(id)' for trn, else Kaldi text; a file that "
+            "looks like another format is refused). stm: only against a ctm --hyp (wer).",
         )(fn)
         return click.option(
             "--ref",
             "ref_path",
             type=EXISTING_FILE,
             required=required,
-            help="References: sclite trn (id in parentheses) or Kaldi 'uttid words' text. "
+            help="References: sclite trn (id in parentheses), Kaldi 'uttid words' text, a NeMo "
+            "manifest ('text'), or an sclite stm (wer, against a ctm --hyp). "
             "Without it, references embedded in the N-best file (json 'ref', jsonl 'ref', "
             "hyporadise 'output') are used; with it, --ref wins over them.",
         )(fn)
@@ -690,7 +700,7 @@ def run_config_trainer(
             cfg = cfg.with_train_shards(train_shards.resolve())  # here, not under --data-dir
         except ValueError as err:
             raise InputError(f"--train-shards: {err}", config_path) from None
-    result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=not quiet())
+    result = train_fn(cfg, data_dir or default_data_dir(), out_dir, progress=progress_bars())
     from rescorer.lm_models.distributed import close_world, end_process  # torch is loaded by now
 
     closed = close_world()  # under torchrun: every process leaves the group together
@@ -758,7 +768,9 @@ def load_nbest(
 ) -> NBest:
     """The N-best lists of ``--nbest`` (format detected for ``auto``), with the features of
     any ``--extra-scores`` folders added, then cut to their first ``max_nbest`` hypotheses."""
-    fmt = detect_format(path) if fmt == "auto" else fmt
+    if fmt == "auto":
+        fmt = detect_format(path)
+        logger.info("%s: read as %s N-best lists (detected; --format %s says so)", path, fmt, fmt)
     nbest = read_nbest(path, fmt)
     if len(nbest) == 0:
         raise InputError("no N-best lists in it", path)
@@ -776,7 +788,9 @@ def open_source(
     list cut to its first ``max_nbest`` hypotheses (``--max-nbest``) as it is read."""
     from rescorer.formats.source import NBestSource, open_nbest
 
-    fmt = detect_format(path) if fmt == "auto" else fmt
+    if fmt == "auto":
+        fmt = detect_format(path)
+        logger.info("%s: read as %s N-best lists (detected; --format %s says so)", path, fmt, fmt)
     if extra_scores:
         return NBestSource.of(load_nbest(path, fmt, extra_scores, max_nbest), path, fmt)
     source = open_nbest(path, fmt).head(max_nbest)
@@ -806,15 +820,17 @@ def load_refs(
     ids: Sequence[str],
     source: Path | None = None,
     allow_extra: bool = False,
+    id_key: str | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """References of exactly the utterances ``ids`` (read from ``source``, named on a mismatch).
 
     Every id needs one; references of other ids are dropped when empty, or all of them with
-    ``allow_extra`` (:func:`rescorer.refs.match_references`), else refused.
+    ``allow_extra`` (:func:`rescorer.refs.match_references`), else refused. ``id_key``: the key
+    of a NeMo manifest's ids (default: the stems of ``audio_filepath``).
     """
     if path is None:
         raise click.UsageError("--ref is required here")
-    refs = read_references(path, None if fmt == "auto" else fmt)
+    refs = read_references(path, None if fmt == "auto" else fmt, id_key=id_key)
     return match_references(refs, ids, allow_extra, path, against=source).refs
 
 
@@ -825,6 +841,7 @@ def resolve_refs(
     nbest_path: Path,
     required: bool = True,
     allow_extra: bool = False,
+    id_key: str | None = None,
 ) -> dict[str, tuple[str, ...]] | None:
     """The references of ``nbest``: the --ref file when given (it wins over references embedded
     in the lists; see :func:`load_refs` for ``allow_extra``), else the lists' own (every
@@ -832,7 +849,7 @@ def resolve_refs(
     if path is not None:
         if nbest.references is not None:
             logger.info("--ref %s wins over the references embedded in %s", path, nbest_path)
-        return load_refs(path, fmt, list(nbest), nbest_path, allow_extra)
+        return load_refs(path, fmt, list(nbest), nbest_path, allow_extra, id_key)
     if nbest.references is not None:
         check_same_ids(set(nbest), set(nbest.references), "embedded reference", nbest_path)
         logger.info("references embedded in %s used (no --ref)", nbest_path)
@@ -845,11 +862,22 @@ def resolve_refs(
 
 
 def load_speakers(
-    path: Path | None, ids: Sequence[str], source: Path | None = None
+    path: Path | None,
+    ids: Sequence[str],
+    source: Path | None = None,
+    ref_path: Path | None = None,
+    ref_format: str = "auto",
 ) -> dict[str, str] | None:
-    """Speakers of (at least) the utterances ``ids`` (read from ``source``)."""
+    """Speakers of (at least) the utterances ``ids`` (read from ``source``): the ``--utt2spk``
+    map ``path`` when given, else, with an sclite trn reference ``ref_path``, sclite's speakers
+    of the ids (:func:`rescorer.refs.trn_speakers`), else None."""
     if path is None:
-        return None
+        if ref_path is None:
+            return None
+        from rescorer.refs import detect_reference_format, trn_speakers
+
+        fmt = detect_reference_format(ref_path) if ref_format == "auto" else ref_format
+        return trn_speakers(ids) if fmt == "trn" else None
     spk = read_utt2spk(path)
     missing = set(ids) - set(spk)
     if missing:  # a map of a larger corpus is fine; every utterance here needs a speaker

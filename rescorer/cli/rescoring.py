@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
@@ -15,6 +16,7 @@ from rescorer.cli.options import (
     RANK_WHEN_UNSCORED,
     SEED,
     CommaList,
+    InputFailure,
     ListOrder,
     NumberList,
     allow_extra_refs_option,
@@ -35,7 +37,7 @@ from rescorer.cli.options import (
     normalized_label,
     open_source,
     out_option,
-    quiet,
+    progress_bars,
     rank_option,
     ref_options,
     resolve_refs,
@@ -51,7 +53,7 @@ from rescorer.lms.contract import LMSpec
 from rescorer.mbr import OBJECTIVES
 from rescorer.nbest import NBest
 from rescorer.normalize import Normalizer
-from rescorer.refs import write_kaldi_lines
+from rescorer.refs import write_kaldi_lines, write_kaldi_text, write_trn, write_trn_lines
 from rescorer.scale_out import Scorer, ScoringJob
 from rescorer.shards import Shard
 from rescorer.significance import compare
@@ -60,7 +62,7 @@ from rescorer.wer import score_corpus
 
 logger = logging.getLogger(__name__)
 
-RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "wer.txt"})
+RESCORE_FILES = frozenset({"nbest.jsonl", "1best.txt", "1best.trn", "wer.txt"})
 """What ``rescore --out DIR`` writes (one set); other files of DIR are kept."""
 
 
@@ -205,7 +207,7 @@ def tune_cmd(
     order = ListOrder(rank, features, lm_specs, lm_oov)
     job = ScoringJob(tuple(lm_specs), lm_case, lm_oov, device) if lm_specs else None
     with (
-        Scorer(job, not quiet(), source.num_hyps(), echo_lm_report)
+        Scorer(job, progress_bars(), source.num_hyps(), echo_lm_report)
         if job is not None
         else contextlib.nullcontext() as scorer
     ):
@@ -315,7 +317,8 @@ def tune_cmd(
     "out_dir",
     type=OUT_DIR,
     required=True,
-    help="Output folder: nbest.jsonl (reranked, all features), 1best.txt, wer.txt.",
+    help="Output folder: nbest.jsonl (reranked, all features), 1best.txt (Kaldi text), "
+    "1best.trn (sclite trn, with the ids of a trn --ref), wer.txt.",
 )
 @click.option("--utt2spk", type=EXISTING_FILE, help="Speaker of each utterance.")
 @click.option(
@@ -416,8 +419,13 @@ def rescore(
         raise click.UsageError(
             "--utt2spk is only used with --ref (or references in the N-best file)"
         )
-    speakers = load_speakers(utt2spk, list(source), nbest_path) if refs is not None else None
+    speakers = (
+        load_speakers(utt2spk, list(source), nbest_path, ref_path, ref_format)
+        if refs is not None
+        else None
+    )
     contexts = load_contexts(context_path, list(source), nbest_path)
+    trn_ids = hypothesis_trn_ids(ref_path, ref_format, utt2spk, list(source))
     order = ListOrder(rank, weights.names, lm_specs, lm_oov)
     firsts: dict[str, tuple[str, ...]] = {}  # first-pass, rescored and top-score 1-best
     best: dict[str, tuple[str, ...]] = {}
@@ -426,10 +434,11 @@ def rescore(
     # would no longer describe the output, is not part of the new set.
     with (
         atomic_dir(out_dir, owned=RESCORE_FILES.__contains__) as tmp,
-        Scorer(ScoringJob(lm_specs, lm_case, lm_oov, device), not quiet(), source.num_hyps(),
+        Scorer(ScoringJob(lm_specs, lm_case, lm_oov, device), progress_bars(), source.num_hyps(),
                echo_lm_report) if lm_specs else contextlib.nullcontext() as scorer,
         atomic_write(tmp / "nbest.jsonl") as lists_out,
         atomic_write(tmp / "1best.txt") as text_out,
+        atomic_write(tmp / "1best.trn") as trn_out,
     ):  # fmt: skip
         for chunk in source.chunks():  # a chunk at a time: flat memory for a JSONL set
             chunk = order.apply(normalizer.nbest(chunk))
@@ -453,6 +462,7 @@ def rescore(
             best.update(chosen)
             write_jsonl_lines(NBest(list(reranked.values()), chunk_refs(refs, chunk)), lists_out)
             write_kaldi_lines(text_out, chosen)
+            write_trn_lines(trn_out, chosen, ids=trn_ids)
         lines = []
         if refs is not None:
             scored = noise.mapping(refs)
@@ -467,9 +477,33 @@ def rescore(
             lines += [f"{new.kaldi_line()} {label}{tag}", compare(base, new).summary()]
             with atomic_write(tmp / "wer.txt") as f:
                 f.write(new.summary() + "\n" + "\n".join(lines) + "\n")
-    click.echo(f"wrote {out_dir / 'nbest.jsonl'} and {out_dir / '1best.txt'}")
+    click.echo(f"wrote {out_dir / 'nbest.jsonl'}, {out_dir / '1best.txt'} and 1best.trn")
     if lines:
         click.echo("\n".join(lines))
+
+
+def hypothesis_trn_ids(
+    ref_path: Path | None, ref_format: str, utt2spk: Path | None, ids: Sequence[str]
+) -> dict[str, str]:
+    """The ids of ``rescore``'s 1best.trn: a trn ``--ref``'s own ids (so sclite pairs the two
+    files as written, ESPnet's ``(<speaker>-<uttid>)`` included); else, with ``--utt2spk``,
+    ESPnet's ``<speaker>-<uttid>`` where every utterance id starts with its speaker; else the
+    utterance ids."""
+    from rescorer.refs import detect_reference_format, read_utt2spk, split_espnet_id, trn_ids
+
+    if ref_path is not None:
+        fmt = detect_reference_format(ref_path) if ref_format == "auto" else ref_format
+        if fmt == "trn":
+            written = trn_ids(ref_path)
+            return {u: written.get(u, u) for u in ids}
+    if utt2spk is not None:
+        spk = read_utt2spk(utt2spk)
+        styled = {u: f"{spk[u]}-{u}" for u in ids if u in spk}
+        if len(styled) == len(ids) and all(
+            split_espnet_id(t) == (spk[u], u) for u, t in styled.items()
+        ):
+            return styled
+    return {u: u for u in ids}
 
 
 # -- score --------------------------------------------------------------------------------------
@@ -597,13 +631,13 @@ def score(
         if ray_address is not None:
             address = None if ray_address == "local" else ray_address
             nbest, reports = score_on_ray(
-                nbest, job, contexts, shards, address, progress=not quiet()
+                nbest, job, contexts, shards, address, progress=progress_bars()
             )
             for report in reports:
                 click.echo(report.describe(), err=True)
         else:
             scored, _ = score_under_torchrun(
-                nbest, job, contexts, progress=not quiet(), on_report=echo_lm_report
+                nbest, job, contexts, progress=progress_bars(), on_report=echo_lm_report
             )
             if scored is None:  # not rank 0: rank 0 writes
                 end_torchrun_process()
@@ -619,7 +653,7 @@ def score(
             else sum(n for u, n in zip(source.ids, source.sizes, strict=True) if shard.holds(u))
         )
         with (
-            Scorer(job, not quiet(), total, echo_lm_report) as scorer,
+            Scorer(job, progress_bars(), total, echo_lm_report) as scorer,
             atomic_write(out_path) as out,
         ):
             for chunk in source.chunks():
@@ -682,10 +716,39 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
 # -- convert ------------------------------------------------------------------------------------
 
 
+REF_TARGETS = {"text": "Kaldi text 'id words'", "trn": "sclite trn 'words (id)'"}
+"""``convert --to`` targets that write the lists' references, not the lists."""
+EMBEDS_REFS = ("json", "jsonl", "hyporadise")
+"""N-best formats with a place for references."""
+
+
+def parse_renames(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``--rename OLD=NEW`` values as a mapping; InputFailure (one line) for a malformed pair,
+    an OLD given twice or two OLDs given one NEW."""
+    renames: dict[str, str] = {}
+    for pair in pairs:
+        old, sep, new = (part.strip() for part in pair.partition("="))
+        if not sep or not old or not new or "=" in new or any(c.isspace() for c in old + new):
+            raise InputFailure(f"--rename: expected OLD=NEW (two score names), got {pair!r}")
+        if old in renames:
+            raise InputFailure(f"--rename: score {old!r} is renamed twice")
+        if new in renames.values():
+            raise InputFailure(f"--rename: two scores renamed to {new!r}")
+        renames[old] = new
+    return renames
+
+
 @click.command()
 @nbest_options
 @extra_scores_option
-@click.option("--to", "to_fmt", type=click.Choice(sorted(WRITERS)), required=True)
+@click.option(
+    "--to",
+    "to_fmt",
+    type=click.Choice(sorted({*WRITERS, *REF_TARGETS})),
+    required=True,
+    help="N-best format to write; text or trn write the references the lists hold (or --ref) "
+    "instead, as Kaldi text or sclite trn.",
+)
 @click.option("--out", "out_path", type=OUT_PATH, required=True)
 @click.option(
     "--ref",
@@ -693,6 +756,14 @@ def merge(parts: tuple[Path, ...], out_path: Path) -> None:
     type=EXISTING_FILE,
     help="References (trn or Kaldi text) to embed in the output (json, jsonl, hyporadise), "
     "in place of any the lists hold.",
+)
+@click.option(
+    "--rename",
+    "rename_pairs",
+    multiple=True,
+    metavar="OLD=NEW",
+    help="Rename a score before writing (repeatable), e.g. --rename am_score=acoustic for "
+    "--to srilm3 (which writes acoustic and lm) or --rename decoder=score for --to srilm1.",
 )
 @allow_extra_refs_option
 @handle_errors
@@ -704,29 +775,79 @@ def convert(
     to_fmt: str,
     out_path: Path,
     ref_path: Path | None,
+    rename_pairs: tuple[str, ...],
     allow_extra_refs: bool,
 ) -> None:
     """Convert N-best lists between formats.
 
-    Scores are converted to the target format's log base or cost convention.
+    Scores are converted to the target format's log base or cost convention. --to text and
+    --to trn write the references a JSON, JSONL or HyPoradise file holds.
 
     \b
     Examples:
       rescorer convert --nbest DEV --to jsonl --out dev.jsonl
       rescorer convert --nbest DEV --ref DEV/references/ref_wer.trn --to hyporadise --out dev.json
       rescorer convert --nbest big.nbest --max-nbest 100 --to jsonl --out top100.jsonl
+      rescorer convert --nbest dev.json --to text --out dev_refs.txt
+      rescorer convert --nbest dev.json --rename am_score=acoustic --rename lm_score=lm \\
+          --to srilm3 --out dev_srilm3
     """
-    (check_output_file if to_fmt in FILE_FORMATS else check_output_dir)(out_path)
+    to_refs = to_fmt in REF_TARGETS
+    file_out = to_fmt in FILE_FORMATS or to_refs
+    (check_output_file if file_out else check_output_dir)(out_path)
+    renames = parse_renames(rename_pairs)
+    if to_refs and renames:
+        raise click.UsageError(f"--rename: --to {to_fmt} writes references, no scores")
     source = open_source(nbest_path, fmt, extra_scores, max_nbest)
     refs = source.references
     if ref_path is not None:
-        if to_fmt not in ("json", "jsonl", "hyporadise"):
+        if to_fmt not in (*EMBEDS_REFS, *REF_TARGETS):
             raise click.UsageError(f"--ref: the {to_fmt} format has no place for references")
         refs = load_refs(ref_path, "auto", list(source), nbest_path, allow_extra_refs)
+    if to_refs:
+        _write_references(refs, list(source), nbest_path, out_path, to_fmt)
+        return
     if to_fmt == "jsonl":  # written as read, a chunk at a time: flat memory from JSONL
         with atomic_write(out_path) as out:
             for chunk in source.chunks():
-                write_jsonl_lines(NBest(list(chunk.values()), chunk_refs(refs, chunk)), out)
+                nbest = NBest(list(chunk.values()), chunk_refs(refs, chunk))
+                write_jsonl_lines(_renamed(nbest, renames, nbest_path), out)
     else:
-        write_nbest(NBest(list(source.load().values()), refs), out_path, to_fmt)
+        nbest = _renamed(NBest(list(source.load().values()), refs), renames, nbest_path)
+        write_nbest(nbest, out_path, to_fmt)
     click.echo(f"wrote {len(source)} lists to {out_path} ({to_fmt})")
+    if refs and to_fmt not in EMBEDS_REFS:
+        logger.warning(
+            "%s: the lists' references are not written (the %s format has no place for them); "
+            "`rescorer convert --to text` writes them",
+            nbest_path,
+            to_fmt,
+        )
+
+
+def _renamed(nbest: NBest, renames: dict[str, str], nbest_path: Path) -> NBest:
+    try:
+        return nbest.rename_scores(renames)
+    except ValueError as err:
+        raise InputFailure(f"{nbest_path}: --rename: {err}") from None
+
+
+def _write_references(
+    refs: Mapping[str, tuple[str, ...]] | None,
+    utts: list[str],
+    nbest_path: Path,
+    out_path: Path,
+    to_fmt: str,
+) -> None:
+    """``convert --to text|trn``: the references of the lists, in list order."""
+    if not refs:
+        raise InputFailure(
+            f"{nbest_path}: the lists hold no references to write (--to {to_fmt}): give --ref, "
+            f"or convert a file that embeds them ({', '.join(EMBEDS_REFS)})"
+        )
+    chosen = {utt: refs[utt] for utt in utts if utt in refs}
+    missing = len(utts) - len(chosen)
+    if missing:
+        logger.warning("%s: %d of %d lists have no reference", nbest_path, missing, len(utts))
+    (write_kaldi_text if to_fmt == "text" else write_trn)(out_path, chosen)
+    click.echo(f"wrote {len(chosen)} references to {out_path} ({REF_TARGETS[to_fmt]})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rescorer.core.errors import InputError, shorten
-from rescorer.core.io import read_text
+from rescorer.core.io import read_lines, read_text
 
 _T = TypeVar("_T")
 
@@ -69,6 +70,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+@functools.lru_cache(maxsize=1)
 def decoder() -> json.JSONDecoder:
     """A decoder with the checks of :func:`parse_json` (duplicate keys, non-finite numbers),
     for readers that decode a file piece by piece (``raw_decode``); wrap its calls in
@@ -116,6 +118,19 @@ def parse_json(text: str, path: str | Path | None = None, line: int | None = Non
                 line,
             )
     return value
+
+
+def json_object_lines(path: str | Path, expected: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of each non-blank line of a JSON-lines file; a line that is
+    not a JSON object is an :class:`InputError` saying ``expected`` (e.g. ``"a NeMo manifest
+    record"``) was expected there."""
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            continue
+        obj = parse_json(line, path, lineno)
+        if not isinstance(obj, dict):
+            raise InputError(f"expected {expected}, got {type_name(obj)}", path, lineno)
+        yield lineno, obj
 
 
 def read_json(path: str | Path) -> Any:

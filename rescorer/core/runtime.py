@@ -55,6 +55,8 @@ class RuntimeOptions:
     # Whether the user chose `threads` (--threads or $RESCORER_THREADS); False: the CLI's
     # default (auto), or nothing configured. Work with a default of its own takes it then.
     threads_given: bool = False
+    # `rescorer -q`: libraries print no progress or advice of their own (KenLM's ARPA loading).
+    quiet: bool = False
 
 
 _options = RuntimeOptions()
@@ -105,6 +107,12 @@ def configure(options: RuntimeOptions) -> None:
 def current() -> RuntimeOptions:
     """The recorded settings (defaults when :func:`configure` was never called)."""
     return _options
+
+
+def quiet() -> bool:
+    """Whether the CLI was asked for quiet (``rescorer -q``): no progress or advice printed by
+    the libraries (KenLM's C++ writes to stderr on its own)."""
+    return _options.quiet
 
 
 def threads() -> int | None:

@@ -29,8 +29,9 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from rescorer.core.bulk import paused_gc
 from rescorer.core.errors import InputError, shorten
-from rescorer.formats import espnet, hyporadise, json_formats, kaldi, srilm
+from rescorer.formats import espnet, hyporadise, json_formats, kaldi, nemo, srilm
 from rescorer.formats._common import first_content_line, is_dir
 from rescorer.nbest import NBest
 
@@ -126,6 +127,7 @@ def detect_format(path: str | Path) -> str:
         raise InputError("no such file or folder", path)
     if is_dir(path):
         return _detect_dir(path)
+    nemo.refuse_as_nbest(path)  # a 1-best manifest, not lists
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     if name.endswith(".jsonl"):
         return "jsonl"
@@ -180,7 +182,8 @@ def read_nbest(path: str | Path, fmt: str | None = None) -> NBest:
     reader = READERS.get(fmt)
     if reader is None:
         raise InputError(f"unknown N-best format {fmt!r} (known: {', '.join(READERS)})")
-    return reader(path)
+    with paused_gc():  # millions of small objects, no cycles (rescorer.core.bulk)
+        return reader(path)
 
 
 def write_nbest(nbest: NBest, path: str | Path, fmt: str) -> None:
@@ -188,4 +191,5 @@ def write_nbest(nbest: NBest, path: str | Path, fmt: str) -> None:
     writer = WRITERS.get(fmt)
     if writer is None:
         raise ValueError(f"no writer for N-best format {fmt!r} (known: {', '.join(WRITERS)})")
-    writer(nbest, Path(path))
+    with paused_gc():
+        writer(nbest, Path(path))

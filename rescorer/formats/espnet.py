@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rescorer.core.errors import InputError, check_same_ids, shorten
 from rescorer.core.json_input import json_number, json_string, parse_json
@@ -50,6 +51,11 @@ KBEST_DIR = re.compile(r"^([0-9]+)best_recog$")
 TEXT, SCORE, SCORES, TOKEN = "text", "score", "scores", "token"
 # Score name of the ``score`` file.
 TOTAL_NAME = "score"
+# A scores line as ESPnet's json.dumps writes it, and one of its pairs: no escapes, no control
+# characters, no nesting (what JSON would refuse, the careful path refuses).
+_NAME, _VALUE = r'"[^"\\\x00-\x1f]+"', r'"tensor\([^()"\\\x00-\x1f]*\)"'
+_ESPNET_SCORES = re.compile(rf"\{{{_NAME}: {_VALUE}(?:, {_NAME}: {_VALUE})*\}}")
+_ESPNET_PAIR = re.compile(r'"([^"]+)": "tensor\(([^)]*)\)"')  # on a line _ESPNET_SCORES took
 _SPACE = re.compile(r"\s")
 _TENSOR = re.compile(r"^\s*tensor\(\s*([^,()\s]+)\s*(?:,[^()]*)?\)\s*$")
 
@@ -75,7 +81,8 @@ def find_kbest_dirs(path: Path) -> tuple[Path, list[tuple[int, Path]]]:
     if found[0][0] == 0:
         raise InputError(
             "0best_recog: ranks count from 1 (1best_recog is the first hypothesis); "
-            "renumber the folders", found[0][1]
+            "renumber the folders",
+            found[0][1],
         )
     for expected, (k, child) in enumerate(found, start=1):
         if k != expected:
@@ -113,6 +120,20 @@ def _parse_scores(path: Path) -> Callable[[str, int], dict[str, float]]:
     good_names: set[str] = set()
 
     def parse(rest: str, lineno: int) -> dict[str, float]:
+        # The line ESPnet writes, {"name": "tensor(x)", ...} with names seen before, at C
+        # speed; anything else (and every error) goes the careful way below.
+        if _ESPNET_SCORES.fullmatch(rest):
+            pairs = _ESPNET_PAIR.findall(rest)
+            try:
+                out = {name: float(value) for name, value in pairs}
+            except ValueError:
+                out = {}
+            if (
+                len(out) == len(pairs)
+                and good_names.issuperset(out)
+                and all(map(math.isfinite, out.values()))
+            ):
+                return out
         try:
             obj = parse_json(rest, path, lineno)
         except InputError as err:
@@ -149,38 +170,41 @@ def _read_rank(k: int, folder: Path) -> dict[str, Hypothesis]:
     if not text_path.exists():
         raise InputError(f"{k}best_recog has no text file", text_path)
     texts = read_keyed(text_path, _parse_words)
-    ids = set(texts)
 
-    scores: dict[str, dict[str, float]] = {u: {} for u in texts}
+    def same_ids(read: dict[str, Any], name: str, path: Path) -> None:
+        if read.keys() != texts.keys():  # one C-level comparison for the common case
+            check_same_ids(set(texts), set(read), f"{k}best_recog/text and {name}", path)
+
     score_path = folder / SCORE
-    if score_path.exists():
-        totals = read_keyed(score_path, _parse_score(score_path))
-        check_same_ids(ids, set(totals), f"{k}best_recog/text and score", score_path)
-        for utt, (_, value) in totals.items():
-            scores[utt][TOTAL_NAME] = value
+    totals = read_keyed(score_path, _parse_score(score_path)) if score_path.exists() else None
+    if totals is not None:
+        same_ids(totals, "score", score_path)
     scores_path = folder / SCORES
-    if scores_path.exists():
-        named = read_keyed(scores_path, _parse_scores(scores_path))
-        check_same_ids(ids, set(named), f"{k}best_recog/text and scores", scores_path)
-        for utt, (lineno, values) in named.items():
-            clash = scores[utt].keys() & values.keys()
-            if clash:
-                raise InputError(
-                    f"score {sorted(clash)[0]!r} is given in both score and scores",
-                    scores_path,
-                    lineno,
-                )
-            scores[utt].update(values)
+    named = read_keyed(scores_path, _parse_scores(scores_path)) if scores_path.exists() else None
+    if named is not None:
+        same_ids(named, "scores", scores_path)
+        if totals is not None:
+            for lineno, values in named.values():
+                if TOTAL_NAME in values:
+                    raise InputError(
+                        f"score {TOTAL_NAME!r} is given in both score and scores",
+                        scores_path,
+                        lineno,
+                    )
     tokens: dict[str, tuple[str, ...]] | None = None
     token_path = folder / TOKEN
     if token_path.exists():
         read = read_keyed(token_path, _parse_words)
-        check_same_ids(ids, set(read), f"{k}best_recog/text and token", token_path)
+        same_ids(read, "token", token_path)
         tokens = {utt: toks for utt, (_, toks) in read.items()}
-    return {
-        utt: Hypothesis(words, scores[utt], None if tokens is None else tokens[utt])
-        for utt, (_, words) in texts.items()
-    }
+    out = {}
+    checked = Hypothesis._checked
+    for utt, (_, words) in texts.items():
+        scores = {} if totals is None else {TOTAL_NAME: totals[utt][1]}
+        if named is not None:
+            scores.update(named[utt][1])
+        out[utt] = checked(words, scores, None if tokens is None else tokens[utt])
+    return out
 
 
 def read_espnet(path: Path) -> NBest:

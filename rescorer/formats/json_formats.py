@@ -23,18 +23,26 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from rescorer.core import json_input
+from rescorer.core.bulk import paused_gc
 from rescorer.core.errors import InputError, shorten
 from rescorer.core.io import read_lines
 from rescorer.core.json_input import json_number, json_string, parse_json, type_name
 from rescorer.core.numbers import MAX_DIGITS
 from rescorer.core.output import atomic_write
-from rescorer.formats._common import check_finite, check_nbest_fields, check_utt_id
+from rescorer.formats._common import (
+    check_field,
+    check_finite,
+    check_nbest_fields,
+    check_utt_id,
+    check_words,
+)
+from rescorer.formats.nemo import is_manifest_object, not_nbest_error, refuse_as_nbest
 from rescorer.nbest import Hypothesis, NBest, NBestList
 
 _RANK_KEY = re.compile(r"^(.*?)([0-9]+)$")
@@ -79,7 +87,13 @@ def _json_hyp(value: object, path: Path, what: str) -> Hypothesis:
 def read_json(path: Path) -> NBest:
     """Read a ``{utt: {hypN: {...}, "ref": ...}}`` JSON file (see the module docstring)."""
     path = Path(path)
-    obj = json_input.read_json(path)
+    try:
+        obj = json_input.read_json(path)
+    except InputError:
+        refuse_as_nbest(path)  # JSON lines: say what the file is when it is a manifest
+        raise
+    if is_manifest_object(obj):
+        raise not_nbest_error(path)
     if not isinstance(obj, dict):
         hint = " (an array of records is the hyporadise format)" if isinstance(obj, list) else ""
         raise InputError(f"expected a JSON object of utterances, got {type_name(obj)}{hint}", path)
@@ -192,6 +206,8 @@ def _jsonl_objects(path: Path) -> Iterator[tuple[int, dict[str, Any], str]]:
         if not isinstance(obj, dict):
             raise InputError(f"expected a JSON object, got {type_name(obj)}", path, lineno)
         unknown = set(obj) - _LINE_KEYS
+        if unknown and is_manifest_object(obj):
+            raise not_nbest_error(path, lineno)
         if unknown:
             raise InputError(f"unknown key {shorten(sorted(unknown)[0])!r}", path, lineno)
         if "utt" not in obj or "hyps" not in obj:
@@ -246,21 +262,42 @@ def read_jsonl(path: Path) -> NBest:
 
 
 def write_jsonl_lines(nbest: NBest, out: TextIO) -> None:
-    """Append ``nbest`` to an open JSONL file, one line per list (its references embedded)."""
-    check_nbest_fields(nbest)
-    check_finite(nbest)
+    """Append ``nbest`` to an open JSONL file, one line per list (its references embedded).
+
+    Lists are checked as they are written (ids and words fields, scores finite) and the lines
+    written in one call, so a refused set leaves nothing of itself in ``out``.
+    """
     refs = _refs_of(nbest)
+    dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    with paused_gc():  # rescorer.core.bulk
+        lines = _jsonl_lines(nbest, refs, dumps)
+    out.write("\n".join(lines) + "\n" if lines else "")
+
+
+def _jsonl_lines(
+    nbest: NBest, refs: Mapping[str, tuple[str, ...]], dumps: Callable[[object], str]
+) -> list[str]:
+    lines = []
     for utt, nb in nbest.items():
+        check_field(utt, "utterance id")
         hyps = []
         for hyp in nb:
-            item: dict[str, object] = {"text": hyp.text, "scores": dict(hyp.scores)}
+            text = " ".join(hyp.words)
+            if text.split() != list(hyp.words) or "\ufeff" in text:  # check_words says why
+                check_words(hyp.words, utt)
+            item: dict[str, object] = {"text": text, "scores": hyp.scores}
             if hyp.tokens is not None:
                 item["tokens"] = list(hyp.tokens)
             hyps.append(item)
         obj: dict[str, object] = {"utt": utt, "hyps": hyps}
         if utt in refs:
             obj[REF_KEY] = " ".join(refs[utt])
-        out.write(json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n")
+        try:
+            lines.append(dumps(obj))
+        except ValueError:  # a non-finite score: say which
+            check_finite(nbest.subset([utt]))
+            raise
+    return lines
 
 
 def write_jsonl(nbest: NBest, path: Path) -> None:

@@ -2,13 +2,23 @@
 
 KenLM returns log10 probabilities; :meth:`KenLM._ln` is the one place in the toolkit that turns
 them into natural logs.
+
+Loading an ARPA file, KenLM's C++ prints a progress bar and "Loading the LM will be faster if
+you build a binary file." on stderr; with ``rescorer -q`` (:func:`rescorer.core.runtime.quiet`)
+the model is loaded with both turned off.
+
+A model's words (:func:`kenlm_words`): an ARPA file's unigrams, or the strings a KenLM binary
+stores at its end (``build_binary`` writes them unless run with ``-v``; the header says so).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import logging
+import mmap
+import struct
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -17,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rescorer.core import runtime
 from rescorer.core.constants import BOS, EOS, LN10
 from rescorer.core.errors import InputError
 from rescorer.core.io import read_lines
@@ -27,6 +38,12 @@ logger = logging.getLogger(__name__)
 
 ARPA_HEADER = b"\\data\\"
 _UTF8_BOM = b"\xef\xbb\xbf"
+# KenLM's binary header (lm/binary_format.cc, format version 5): the 88-byte Sanity block that
+# starts with this magic, then FixedWidthParameters (order: uint8 at 88, has_vocabulary: bool
+# at 100), then the n-gram counts as uint64 from 108.
+BINARY_MAGIC = b"mmap lm http://kheafield.com/code format version 5\n\0"
+_ORDER_AT, _HAS_VOCAB_AT, _COUNTS_AT = 88, 100, 108
+_ARPA_COMPLAIN_NONE = 2  # lm::ngram::Config::ARPALoadComplain NONE
 
 
 class KenLM:
@@ -52,9 +69,13 @@ class KenLM:
         if case not in CASE_MODES:
             raise ValueError(f"case must be one of {CASE_MODES}, got {case!r}")
         logger.info("loading KenLM model %s", path)
+        config = kenlm.Config()
+        if runtime.quiet():  # no progress bar, no "build a binary" advice on stderr
+            config.show_progress = False
+            config.arpa_complain = _ARPA_COMPLAIN_NONE
         with normalised_arpa(path) as readable:
             try:
-                self._model = kenlm.Model(str(readable))
+                self._model = kenlm.Model(str(readable), config)
             except (OSError, RuntimeError, ValueError) as err:  # ValueError: undecodable text
                 raise InputError(
                     f"expected a KenLM model (ARPA text or binary), got an error: {err}", path
@@ -66,6 +87,8 @@ class KenLM:
         self._case = case
         self._map: Callable[[str], str] | None = None if case == "auto" else case_function(case)
         self._vocab_cache: dict[str, bool] = {}
+        # Written word -> True when unknown under the case mapping in use (set once, below).
+        self._oov_cache: dict[str, bool] = {}
 
     # -- log base conversion: the single place KenLM's log10 becomes natural log ---------------
     @staticmethod
@@ -98,10 +121,22 @@ class KenLM:
         return [fn(w) for w in words]
 
     def oov_flags(self, sentences: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        # One vocabulary look-up per distinct written word; then one C-speed pass over all the
+        # words, cut into the sentences.
         fn = self._mapping(sentences)
-        return [
-            np.array([not self._in_vocab(fn(w)) for w in words], dtype=bool) for words in sentences
-        ]
+        cache = self._oov_cache
+        for words in sentences:
+            for w in words:
+                if w not in cache:
+                    cache[w] = not self._in_vocab(fn(w))
+        lengths = list(map(len, sentences))
+        flat = np.fromiter(
+            map(cache.__getitem__, itertools.chain.from_iterable(sentences)),
+            dtype=bool,
+            count=sum(lengths),
+        )
+        ends = list(itertools.accumulate(lengths))
+        return [flat[end - n : end] for n, end in zip(lengths, ends, strict=True)]
 
     # -- scoring ---------------------------------------------------------------------------------
     def token_logprobs(
@@ -209,6 +244,95 @@ def is_arpa_text(head: bytes) -> bool:
     """Whether a file starting with ``head`` is ARPA text (``\\data\\`` after a byte-order mark
     and blank lines); KenLM binaries are not."""
     return head.removeprefix(_UTF8_BOM).lstrip().startswith(ARPA_HEADER)
+
+
+def read_arpa_unigrams(path: str | Path) -> list[str] | None:
+    """The unigram words of an ARPA file (``.gz`` too), or None when it is not ARPA text.
+
+    KenLM binaries (and anything else that does not start with ``\\data\\``) give None.
+    """
+    path = Path(path)
+    if not is_arpa_text(read_head(path)):
+        return None
+    words: list[str] = []
+    in_unigrams = False
+    for lineno, line in read_lines(path):
+        line = line.strip()
+        if line.startswith("\\"):
+            if in_unigrams:
+                break
+            in_unigrams = line == "\\1-grams:"
+            continue
+        if in_unigrams and line:
+            parts = line.split()
+            if len(parts) < 2:
+                raise InputError(f"expected 'logprob word [backoff]', got {line!r}", path, lineno)
+            words.append(parts[1])
+    return words
+
+
+def read_binary_words(path: str | Path) -> list[str] | None:
+    """The words a KenLM binary stores at its end, ``<unk>`` first, or None when ``path`` is
+    not a KenLM binary (no magic). A binary built without its words (``build_binary -v``) or
+    whose end does not hold them is an :class:`InputError`."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_COUNTS_AT + 8)
+            if not head.startswith(BINARY_MAGIC):
+                return None
+            if len(head) < _COUNTS_AT + 8:
+                raise InputError("truncated KenLM binary header", path)
+            if not head[_HAS_VOCAB_AT]:
+                raise InputError(
+                    "this KenLM binary holds no vocabulary (built with build_binary -v): "
+                    "list the words of its ARPA file instead",
+                    path,
+                )
+            (unigrams,) = struct.unpack_from("<Q", head, _COUNTS_AT)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return _words_at_end(data, unigrams, path)
+    except OSError as err:
+        raise InputError(f"cannot read the model file ({err})", path) from None
+
+
+def _words_at_end(data: mmap.mmap, unigrams: int, path: Path) -> list[str]:
+    """The last ``unigrams`` NUL-terminated strings of ``data``, ``<unk>`` first (or the last
+    ``unigrams + 1`` when KenLM added an ``<unk>`` the ARPA file did not count). The bytes
+    before ``<unk>`` are the model's own, not a NUL: only the end of that string is checked."""
+    bad = InputError("expected the vocabulary strings at the end of the KenLM binary", path)
+    end = len(data)
+    if end == 0 or data[end - 1] != 0:
+        raise bad
+    tokens: list[bytes] = []
+    stop = end - 1  # the NUL ending the last word
+    for _ in range(unigrams + 1):
+        start = data.rfind(b"\0", 0, stop) + 1
+        tokens.append(data[start:stop])
+        if start == 0:
+            break
+        stop = start - 1
+    tokens.reverse()
+    for count in (unigrams, unigrams + 1):
+        if 0 < count <= len(tokens) and tokens[-count].endswith(b"<unk>"):
+            words = [b"<unk>", *tokens[len(tokens) - count + 1 :]]
+            try:
+                return [t.decode("utf-8") for t in words]
+            except UnicodeDecodeError:
+                raise bad from None
+    raise bad
+
+
+def kenlm_words(path: str | Path) -> list[str]:
+    """The words of a KenLM model: an ARPA file's unigrams (``.gz`` too) or the words a binary
+    stores (see :func:`read_binary_words`); InputError for anything else."""
+    path = Path(path)
+    words = read_arpa_unigrams(path)
+    if words is None:
+        words = read_binary_words(path)
+    if words is None:
+        raise InputError("expected a KenLM model (ARPA text or a KenLM binary)", path)
+    return words
 
 
 def _needs_normalising(path: Path) -> bool:

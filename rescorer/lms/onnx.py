@@ -5,15 +5,22 @@ ONNX Runtime and numpy only -- no torch, no :mod:`lm_models` -- so it works wher
 does. Everything it needs is in the file's metadata properties and the vocabulary file beside it
 (metadata ``vocab_file``):
 
-* ``export_kind`` decides how it scores. A sentence scorer (``scorer``, ``multi-scorer``) gives
-  the per-token log-probabilities directly; a step model (``step``, ``multi``) is run over the
-  padded sentences from a zero state and the targets' log-probabilities are picked from its
-  ``log_softmax`` output. Streaming (:meth:`OnnxLM.start` / :meth:`OnnxLM.advance`, and
+* ``export_kind`` decides how it scores. A step model (``step``, ``multi``, ``vector-step``)
+  scores through a prefix-shared forest, as ``torch:`` models do
+  (:mod:`rescorer.lms.prefix_tree`): the sentences of one run context (context id, context
+  vector and history) form a prefix tree, the trees run together one depth at a time, each
+  depth's distinct prefixes one step of the graph (at most ``batch_tokens`` per run) from their
+  parents' states, and each distinct (prefix, next word) pair's log-probability is picked from
+  the ``log_softmax`` output. A sentence scorer (``scorer``, ``multi-scorer``,
+  ``vector-scorer``) has no state to share a prefix through: it gives the per-token
+  log-probabilities of whole sentences, in batches of one context and similar length (sorted by
+  context id, then length; at most ``batch_tokens`` padded positions per run), padded with
+  ``</s>``. Streaming (:meth:`OnnxLM.start` / :meth:`OnnxLM.advance`, and
   :meth:`OnnxLM.next_logprobs` for the whole next-token distribution) needs a step model; a
   scorer raises ValueError naming the file.
-* Sentences are scored in batches of one context and similar length (sorted by context id,
-  then length; at most ``batch_tokens`` padded positions per run), padded with ``</s>``. A batch
-  of one context lets a multi-context FactorCell export take its shared-weight path.
+* A multi-context FactorCell export gathers the context's W' once when every row of a run has
+  the same context id and once per row otherwise: its runs (a scorer's batches, a step model's
+  chunks of a depth) are of one context each. The other kinds run mixed contexts together.
 * Words map to ids through the vocabulary with the case mapping and ``<unk>`` for unknown words,
   exactly as for ``torch:`` models (:class:`rescorer.lms.word_vocab.WordVocab`).
 * Context records are normalised by the rules of ``torch:`` models
@@ -65,6 +72,7 @@ from rescorer.export.format import (
 from rescorer.export.runtime import OnnxMeta, create_session
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
+from rescorer.lms.prefix_tree import PrefixForest, flat_output, pack_forests
 from rescorer.lms.word_vocab import WordVocab
 from rescorer.text import CASE_MODES
 
@@ -72,6 +80,7 @@ logger = logging.getLogger(__name__)
 
 STEP_CACHE = 64  # single-state step outputs kept for prediction (see OnnxLM._step)
 DEFAULT_BATCH_TOKENS = 4096
+MAX_TREES = 256  # prefix trees (run contexts) batched together in one forest
 
 
 @dataclass(frozen=True)
@@ -96,8 +105,11 @@ class OnnxLM(WordLM):
     ``path`` is the ``.onnx`` file (its vocabulary file is found through the metadata);
     ``device`` ``auto`` / None, ``cpu``, ``cuda`` or ``cuda:N``; ``case`` maps words into the
     vocabulary (``auto`` decides from the first sentences scored); ``batch_tokens`` caps the
-    padded positions of one run (memory is about ``batch_tokens * vocab_size`` floats);
-    ``threads`` sets ONNX Runtime's intra-op threads (default: its own choice).
+    positions of one run (a scorer's padded positions, a step model's prefix-tree nodes; memory
+    is about ``batch_tokens * vocab_size`` floats); ``threads`` sets ONNX Runtime's intra-op
+    threads (default: its own choice); ``prefix_tree`` False: a step model scores each sentence
+    in full, in padded batches as a scorer does (the path before the prefix tree, for
+    comparison).
     """
 
     units = "word"
@@ -110,6 +122,7 @@ class OnnxLM(WordLM):
         device: str | None = None,
         batch_tokens: int = DEFAULT_BATCH_TOKENS,
         threads: int | None = None,
+        prefix_tree: bool = True,
     ) -> None:
         path = Path(path)
         if case not in CASE_MODES:
@@ -139,6 +152,9 @@ class OnnxLM(WordLM):
         self.name = name or path.name.split(".")[0] or "onnx"
         self.path = path
         self.batch_tokens = batch_tokens
+        self.prefix_tree = prefix_tree and not self.meta.scorer
+        # A multi-context FactorCell graph gathers W' per row unless a run has one context id.
+        self._one_context_runs = self.meta.multi and props.get("mode") == "factor"
         tokens = self._read_vocab(path)
         self.vocab_tokens: tuple[str, ...] = tuple(tokens)
         self.words = WordVocab(tokens, case, unk_id=self.meta.unk_id)
@@ -297,6 +313,10 @@ class OnnxLM(WordLM):
                 if key not in seen:
                     seen[key] = self._history_ids(key)
                 history[i] = seen[key]
+        if self.prefix_tree:  # a step model: prefix-shared forests
+            return self._score_trees(ids, cids, vectors, history)
+        # A sentence scorer has no state input to carry a shared prefix: it scores each
+        # sentence in full, in padded batches (and so does a step model with prefix_tree=False).
         lengths = [len(s) + len(h) for s, h in zip(ids, history, strict=True)]
         # By context, then by length: a batch of one context runs the graph's shared-weight
         # path (multi-context FactorCell exports gather W' once instead of once per row).
@@ -310,6 +330,112 @@ class OnnxLM(WordLM):
             for i, values in zip(batch, scored, strict=True):
                 out[i] = values
         return out
+
+    def _score_trees(
+        self,
+        ids: Sequence[Sequence[int]],
+        cids: np.ndarray,
+        vectors: np.ndarray | None,
+        history: Sequence[Sequence[int]],
+    ) -> list[np.ndarray]:
+        """A step model: each sentence's per-token log-probs, through prefix-shared forests.
+
+        Sentences of the same run context (context id, context vector, history) share a tree;
+        the trees are packed into forests as ``torch:`` packs its context groups.
+        """
+        offsets, flat = flat_output(ids)
+        groups: dict[tuple[int, bytes, tuple[int, ...]], list[int]] = {}
+        for i in range(len(ids)):
+            vector = b"" if vectors is None else vectors[i].tobytes()
+            groups.setdefault((int(cids[i]), vector, tuple(history[i])), []).append(i)
+        per_context = self.meta.multi or self.meta.vector or bool(self.history)
+        for forest in pack_forests(groups, self.batch_tokens, MAX_TREES, per_context):
+            self._score_forest(
+                [members for _, members in forest], ids, offsets, flat, cids, vectors, history
+            )
+        return [flat[offsets[i] : offsets[i + 1]].copy() for i in range(len(ids))]
+
+    def _score_forest(
+        self,
+        trees: Sequence[Sequence[int]],
+        ids: Sequence[Sequence[int]],
+        offsets: np.ndarray,
+        flat: np.ndarray,
+        cids: np.ndarray,
+        vectors: np.ndarray | None,
+        history: Sequence[Sequence[int]],
+    ) -> None:
+        """Score the sentences of ``trees`` (sentence numbers per run context) into ``flat``:
+        one depth at a time, each chunk of a depth's nodes one run of the step graph from the
+        parents' states, each distinct (node, target) pair picked from its ``log_softmax``."""
+        meta = self.meta
+        forest = PrefixForest(
+            trees, ids, offsets, meta.sos_id, meta.eos_id, meta.vocab_size, root_states=True
+        )
+        first = [members[0] for members in trees]  # what a tree's context is read from
+        tree_cids = cids[first]
+        tree_vectors = None if vectors is None else vectors[first]
+        h, c = self._history_states([history[i] for i in first], tree_cids, tree_vectors)
+        for depth in forest.depths:
+            values = np.empty(len(depth.nodes), dtype=np.float64)  # one per distinct pair
+            h_out, c_out = [], []
+            for a, b in depth.chunks(self.batch_tokens, self._one_context_runs):
+                idx, tree = depth.parents[a:b], depth.ctx[a:b]
+                vecs = None if tree_vectors is None else tree_vectors[tree]
+                feed = self._inputs(
+                    depth.inputs[a:b, None], h[:, idx], c[:, idx], tree_cids[tree], vecs
+                )
+                log_probs, h_new, c_new = self.session.run(None, feed)  # (n, 1, V), (l, n, d) x 2
+                lo, hi = depth.pairs(a, b)
+                values[lo:hi] = log_probs[depth.nodes[lo:hi] - a, 0, depth.targets[lo:hi]]
+                h_out.append(h_new)
+                c_out.append(c_new)
+            depth.write(values, flat)
+            h = np.concatenate(h_out, axis=1) if len(h_out) > 1 else h_out[0]
+            c = np.concatenate(c_out, axis=1) if len(c_out) > 1 else c_out[0]
+
+    def _history_states(
+        self, prefixes: Sequence[Sequence[int]], cids: np.ndarray, vectors: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The state after each of ``prefixes`` (a history model's previous utterances), run
+        from the zero state with its row's context: (layers, n, d) float32 twice (zeros for an
+        empty one). Prefixes of one length run together (and of one context where
+        mixed-context runs cost more), at most ``batch_tokens`` positions per run."""
+        meta = self.meta
+        shape = (meta.num_layers, len(prefixes), meta.hidden_size)
+        h, c = np.zeros(shape, dtype=np.float32), np.zeros(shape, dtype=np.float32)
+        runs: dict[tuple[int, int], list[int]] = {}
+        for i, prefix in enumerate(prefixes):
+            if prefix:
+                cid = int(cids[i]) if self._one_context_runs else 0
+                runs.setdefault((len(prefix), cid), []).append(i)
+        for (length, _), rows in runs.items():
+            step = max(1, self.batch_tokens // length)
+            for a in range(0, len(rows), step):
+                chunk = rows[a : a + step]
+                x = np.array([prefixes[i] for i in chunk], dtype=np.int64)  # (n, L)
+                zeros = np.zeros((meta.num_layers, len(chunk), meta.hidden_size), np.float32)
+                vecs = None if vectors is None else vectors[chunk]
+                feed = self._inputs(x, zeros, zeros, cids[chunk], vecs)
+                h[:, chunk], c[:, chunk] = self.session.run(["next_h0", "next_c0"], feed)
+        return h, c
+
+    def _inputs(
+        self,
+        x: np.ndarray,
+        h: np.ndarray,
+        c: np.ndarray,
+        cids: np.ndarray,
+        vectors: np.ndarray | None,
+    ) -> dict[str, np.ndarray]:
+        """A step graph's inputs: ``x`` (N, L) from the states ``h``, ``c`` (layers, N, d), with
+        each row's context id (a multi kind) or context vector (a vector kind)."""
+        feed = {"x": x, "h0": h, "c0": c}
+        if self.meta.multi:
+            feed["context_id"] = np.asarray(cids, dtype=np.int64)
+        if self.meta.vector:
+            feed["context_vector"] = vectors  # type: ignore[assignment]
+        return feed
 
     def _score_batch(
         self,
@@ -340,13 +466,9 @@ class OnnxLM(WordLM):
             if vectors is not None:
                 feed["context_vector"] = vectors
             (scores,) = self.session.run(["token_logprobs"], feed)  # (n, L-1)
-        else:
+        else:  # a step model run over the whole sentences (prefix_tree=False)
             zeros = np.zeros((meta.num_layers, n, meta.hidden_size), dtype=np.float32)
-            feed = {"x": np.ascontiguousarray(x[:, :-1]), "h0": zeros, "c0": zeros}
-            if meta.multi:
-                feed["context_id"] = cids
-            if vectors is not None:
-                feed["context_vector"] = vectors
+            feed = self._inputs(np.ascontiguousarray(x[:, :-1]), zeros, zeros, cids, vectors)
             (log_probs,) = self.session.run(["log_softmax"], feed)  # (n, L-1, V)
             scores = np.take_along_axis(log_probs, x[:, 1:, None], axis=2)[..., 0]  # (n, L-1)
         return [
@@ -374,15 +496,12 @@ class OnnxLM(WordLM):
         """The state before the first word; ``context`` None: context 0, without a warning."""
         self._need_step()
         cid = 0 if context is None else int(self.context_ids(1, [context])[0])
-        zeros = np.zeros((self.meta.num_layers, self.meta.hidden_size), dtype=np.float32)
-        vector = self.context_vectors(1, [context])[0] if self.meta.vector else None
-        state = OnnxLMState(cid, zeros, zeros, self.meta.sos_id, vector)
+        vectors = self.context_vectors(1, [context]) if self.meta.vector else None
         history = self._history_ids(self.context_key(context)) if context is not None else []
-        if history:  # a history model: its previous utterances in one run, their state kept
-            x = np.array([history], dtype=np.int64)  # (1, L)
-            h, m = self.session.run(["next_h0", "next_c0"], self._feed([state], x))
-            state = OnnxLMState(cid, h[:, 0].copy(), m[:, 0].copy(), self.meta.sos_id, vector)
-        return state
+        # A history model: its previous utterances in one run, their state kept (else zeros).
+        h, m = self._history_states([history], np.array([cid]), vectors)
+        vector = None if vectors is None else vectors[0]
+        return OnnxLMState(cid, h[:, 0], m[:, 0], self.meta.sos_id, vector)
 
     def advance(
         self, states: Sequence[OnnxLMState], tokens: Sequence[str]
@@ -432,16 +551,13 @@ class OnnxLM(WordLM):
 
     def _feed(self, states: Sequence[OnnxLMState], x: np.ndarray) -> dict[str, np.ndarray]:
         """A step graph's inputs: ``x`` (N, L) run from each state's h, m and context."""
-        feed = {
-            "x": x,
-            "h0": np.stack([s.h for s in states], axis=1),  # (layers, N, d)
-            "c0": np.stack([s.m for s in states], axis=1),
-        }
-        if self.meta.multi:
-            feed["context_id"] = np.array([s.context_id for s in states], dtype=np.int64)
-        if self.meta.vector:
-            feed["context_vector"] = np.stack([s.vector for s in states])  # type: ignore[misc]
-        return feed
+        return self._inputs(
+            x,
+            np.stack([s.h for s in states], axis=1),  # (layers, N, d)
+            np.stack([s.m for s in states], axis=1),
+            np.array([s.context_id for s in states], dtype=np.int64),
+            np.stack([s.vector for s in states]) if self.meta.vector else None,  # type: ignore[misc]
+        )
 
     # -- next-word distributions (the optional extension used by rescorer.predict) ------------
     def vocabulary(self) -> tuple[str, ...]:

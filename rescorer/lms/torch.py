@@ -89,6 +89,7 @@ from rescorer.lm_models.tokenizer import SubwordTokenizer
 from rescorer.lm_models.vocab import BOS_ID, EOS_ID, SPECIAL_TOKENS
 from rescorer.lms.base import WordLM, check_advance, loader
 from rescorer.lms.contract import Context
+from rescorer.lms.prefix_tree import PrefixForest, flat_output, pack_forests
 from rescorer.lms.word_vocab import SubwordVocab, WordVocab
 from rescorer.text import CASE_MODES
 
@@ -347,9 +348,7 @@ class TorchLM(WordLM):
         keys = self._keys(len(ids), contexts)
         if not ids:
             return []
-        offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-        np.cumsum([len(s) + 1 for s in ids], out=offsets[1:])
-        flat = np.empty(int(offsets[-1]), dtype=np.float64)
+        offsets, flat = flat_output(ids)
         groups: dict[ContextKey, list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
@@ -372,25 +371,12 @@ class TorchLM(WordLM):
     def _forests(
         self, groups: dict[ContextKey, list[int]]
     ) -> list[list[tuple[ContextKey, list[int]]]]:
-        """Context groups packed into forests, each scored in one depth-by-depth run.
-
-        A group of at least ``batch_nodes`` sentences fills batches by itself and gets a forest
-        of its own, scored with its context folded into shared weights (a plain LSTM's cost per
-        step). Smaller groups -- many contexts with a few sentences each, e.g. every utterance
-        with its own previous-utterance context -- are packed up to ``max_contexts`` per forest
-        and batched together, each prefix-tree node under its own context's weights.
-        """
-        forests: list[list[tuple[ContextKey, list[int]]]] = []
-        small: list[tuple[ContextKey, list[int]]] = []
-        for key, members in groups.items():
-            per_context = self._model.adaptive or self.history or self.cache is not None
-            if len(members) >= self.batch_nodes or not per_context:
-                forests.append([(key, members)])
-            else:
-                small.append((key, members))
-        for a in range(0, len(small), self.max_contexts):
-            forests.append(small[a : a + self.max_contexts])
-        return forests
+        """Context groups packed into forests (:func:`rescorer.lms.prefix_tree.pack_forests`):
+        a group of at least ``batch_nodes`` sentences is scored with its context folded into
+        shared weights (a plain LSTM's cost per step); smaller ones, up to ``max_contexts`` per
+        forest, each prefix-tree node under its own context's weights."""
+        per_context = self._model.adaptive or bool(self.history) or self.cache is not None
+        return pack_forests(groups, self.batch_nodes, self.max_contexts, per_context)
 
     def _forest_weights(self, keys: Sequence[ContextKey]) -> AdaptedWeights:
         """One context (a history model's histories aside): its cached shared weights; several:
@@ -409,97 +395,56 @@ class TorchLM(WordLM):
     ) -> None:
         """Score the sentences of ``forest`` (context groups) of ``ids``, writing into ``flat``.
 
-        Each context has its own prefix tree; the trees run together, one depth at a time.
-        Depth ``k`` holds the distinct prefixes of ``k`` units; depth 0 is one root (``<s>``)
-        per context. ``parents[k][j]`` is the index (in depth ``k - 1``) of node ``j``'s parent,
-        ``inputs[k][j]`` its last unit and ``ctx[k][j]`` its context's number in the forest.
-        ``rows``/``tgts``/``pos`` list, per depth, the node, target id and flat position of
-        every sentence position scored there.
+        Each context has its own prefix tree (:class:`rescorer.lms.prefix_tree.PrefixForest`);
+        the trees run together, one depth at a time, at most ``batch_nodes`` nodes per step,
+        each node from its parent's state; each distinct (node, target) pair is scored once.
         """
-        n_ctx = len(forest)
-        parents: list[list[int]] = [[0] * n_ctx]  # every root reads the zero state
-        inputs: list[list[int]] = [[BOS_ID] * n_ctx]
-        ctx: list[list[int]] = [list(range(n_ctx))]
-        children: list[dict[tuple[int, int], int]] = [{}]
-        rows: list[list[int]] = [[]]
-        tgts: list[list[int]] = [[]]
-        pos: list[list[int]] = [[]]
-        for root, (_, members) in enumerate(forest):
-            for s in members:
-                words = ids[s]
-                base = int(offsets[s])
-                node = root
-                for depth, tok in enumerate(words):
-                    rows[depth].append(node)
-                    tgts[depth].append(tok)
-                    pos[depth].append(base + depth)
-                    nxt_depth = depth + 1
-                    if nxt_depth == len(parents):
-                        for table in (parents, inputs, ctx, rows, tgts, pos):
-                            table.append([])
-                        children.append({})
-                    level = children[nxt_depth]
-                    child = level.get((node, tok))
-                    if child is None:
-                        child = len(parents[nxt_depth])
-                        level[(node, tok)] = child
-                        parents[nxt_depth].append(node)
-                        inputs[nxt_depth].append(tok)
-                        ctx[nxt_depth].append(root)
-                    node = child
-                rows[len(words)].append(node)
-                tgts[len(words)].append(EOS_ID)
-                pos[len(words)].append(base + len(words))
-
         model, device = self._model, self.device
+        trees = PrefixForest(
+            [members for _, members in forest],
+            ids,
+            offsets,
+            BOS_ID,
+            EOS_ID,
+            len(self.vocab_tokens),
+            root_states=bool(self.history),  # each root reads the state its history leaves
+        )
         weights = self._forest_weights([key for key, _ in forest])
         several = weights.rows is not None  # a row of weights per context
-        if self.history:  # each root reads the state its history leaves
+        if self.history:
             h_prev, m_prev = self._history_states([key for key, _ in forest], weights)
-            parents[0] = list(range(n_ctx))
-        else:
+        else:  # every root reads the zero state
             h_prev, m_prev = model.init_state(1)
-        vocab = len(self.vocab_tokens)
         cache = self.cache
         memories = [cache.memory(self, key) for key, _ in forest] if cache is not None else []
-        for depth in range(len(parents)):
-            n_nodes = len(parents[depth])
-            self._computed += n_nodes
-            par = torch.tensor(parents[depth], dtype=torch.long, device=device)
-            inp = torch.tensor(inputs[depth], dtype=torch.long, device=device).unsqueeze(1)
-            of = torch.tensor(ctx[depth], dtype=torch.long, device=device) if several else None
-            # The distinct (node, target) pairs of this depth, sorted by node so that each chunk
-            # of nodes takes a slice: an edge shared by many hypotheses is scored once.
-            # ``back[j]`` is the pair of sentence position ``p[j]``.
-            pairs = np.asarray(rows[depth], dtype=np.int64) * vocab
-            pairs += np.asarray(tgts[depth], dtype=np.int64)
-            unique, back = np.unique(pairs, return_inverse=True)
-            r, t = np.divmod(unique, vocab)
-            p = np.asarray(pos[depth], dtype=np.int64)
-            values = np.empty(len(unique), dtype=np.float64)
+        for depth in trees.depths:
+            self._computed += len(depth)
+            par = torch.from_numpy(depth.parents).to(device)
+            inp = torch.from_numpy(depth.inputs).to(device).unsqueeze(1)
+            of = torch.from_numpy(depth.ctx).to(device) if several else None
+            values = np.empty(len(depth.nodes), dtype=np.float64)  # one per distinct pair
             h_out, m_out = [], []
-            for a in range(0, n_nodes, self.batch_nodes):
-                b = min(n_nodes, a + self.batch_nodes)
+            for a, b in depth.chunks(self.batch_nodes):
                 idx = par[a:b]
                 state = (h_prev[:, idx], m_prev[:, idx])
                 chunk_ctx = of[a:b] if of is not None else None
                 top, (h, m) = model.step(inp[a:b], state, weights, chunk_ctx)  # (n, d)
                 h_out.append(h)
                 m_out.append(m)
-                lo, hi = np.searchsorted(r, [a, b])
+                lo, hi = depth.pairs(a, b)
                 if hi > lo:
-                    sel_rows = torch.as_tensor(r[lo:hi] - a, device=device)
-                    sel_tgts = torch.as_tensor(t[lo:hi], device=device)
+                    sel_rows = torch.as_tensor(depth.nodes[lo:hi] - a, device=device)
+                    sel_tgts = torch.as_tensor(depth.targets[lo:hi], device=device)
                     vals = model.log_probs_at(top, sel_rows, sel_tgts, weights, chunk_ctx)
                     if cache is not None:  # each row with its own root's memory
-                        roots = np.asarray(ctx[depth][a:b])[r[lo:hi] - a]
+                        roots = depth.ctx[depth.nodes[lo:hi]]
                         for root in np.unique(roots):
                             j = torch.as_tensor(np.nonzero(roots == root)[0], device=device)
                             vals[j] = cache.mix(
                                 vals[j], top[sel_rows[j]], sel_tgts[j], memories[root]
                             )
                     values[lo:hi] = vals.double().cpu().numpy()
-            flat[p] = values[back]
+            depth.write(values, flat)
             h_prev = torch.cat(h_out, dim=1) if len(h_out) > 1 else h_out[0]
             m_prev = torch.cat(m_out, dim=1) if len(m_out) > 1 else m_out[0]
 

@@ -492,3 +492,23 @@ def test_lbl_reads_its_own_shard_under_torchrun(tmp_path: Path) -> None:
     steps = min(r // 16 for r in rows)  # batch_size 16, one batch per process per step
     for epoch in meta["epochs"]:
         assert (epoch["steps"], epoch["tokens"]) == (steps, 2 * 16 * steps)
+
+
+@pytest.mark.slow
+def test_the_train_command_reports_once_under_torchrun(tmp_path: Path) -> None:
+    """`torchrun ... -m rescorer train`: the first process prints the result line, not each."""
+    from tests.lm_models.lstm.test_train import write_corpus
+
+    write_corpus(tmp_path / "train.jsonl", 40, 0)
+    write_corpus(tmp_path / "dev.jsonl", 12, 1)
+    config = {
+        "data": {"corpus": "jsonl", "path": "train.jsonl", "dev": "dev.jsonl",
+                 "vocab_size": 100},
+        "model": {"mode": "unadapted", "embed_dim": 16, "hidden_dim": 24},
+        "train": {"epochs": 1, "batch_tokens": 120, "lr": 0.02, "device": "cpu"},
+    }  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    args = ["-m", "rescorer", "-q", "train", str(tmp_path / "c.json"), "--out"]
+    proc = _torchrun([*args, str(tmp_path / "m"), "--data-dir", str(tmp_path)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("best dev perplexity") == 1, proc.stdout

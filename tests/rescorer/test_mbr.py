@@ -10,7 +10,9 @@ import pytest
 from rescorer.combine import Weights
 from rescorer.mbr import (
     EXPECTED_ERRORS_SCORE,
+    NO_PRUNING,
     POSTERIOR_SCORE,
+    Pruning,
     choose,
     decode,
     default_scales,
@@ -174,3 +176,129 @@ def test_weights_keep_the_posterior_scale(tmp_path) -> None:  # type: ignore[no-
     assert "posterior_scale" not in (tmp_path / "v.json").read_text()
     with pytest.raises(ValueError, match="posterior_scale must be a finite number > 0"):
         Weights({"am": 1.0}, posterior_scale=-1.0)
+
+
+# -- long lists: pruning (issue 48) ------------------------------------------------------------
+
+
+def random_set(seed: int, lists: int, n: int, words: str = "abcdef", spread: float = 1.0) -> NBest:
+    """Lists of ``n`` hypotheses: a shared sentence with a few random edits each."""
+    rng = np.random.default_rng(seed)
+    vocab = list(words)
+    out = []
+    for u in range(lists):
+        base = list(rng.choice(vocab, size=int(rng.integers(3, 12))))
+        hyps = []
+        for _ in range(n):
+            h = list(base)
+            for _ in range(int(rng.integers(0, 4))):
+                pos = int(rng.integers(0, len(h) + 1))
+                kind = int(rng.integers(3))
+                if kind == 0 and pos < len(h):
+                    h[pos] = str(rng.choice(vocab))
+                elif kind == 1 and pos < len(h):
+                    del h[pos]
+                else:
+                    h.insert(pos, str(rng.choice(vocab)))
+            hyps.append(Hypothesis(tuple(h), {"am": float(spread * rng.normal())}))
+        out.append(NBestList(f"u{u}", tuple(hyps)))
+    return NBest(out)
+
+
+def test_bit_parallel_distances_equal_the_wer_ones() -> None:
+    from rescorer.mbr import ListDistances
+    from rescorer.wer import edit_distance_batch
+
+    rng = np.random.default_rng(3)
+    # lengths 0..90: both sides over 64 words take the DP, one side over 64 the bit vectors
+    seqs = [tuple(rng.choice(list("abcd"), size=int(rng.integers(0, 90)))) for _ in range(60)]
+    dist = ListDistances(seqs, np.arange(len(seqs)))
+    a, b = np.repeat(np.arange(60), 60), np.tile(np.arange(60), 60)
+    want = edit_distance_batch([(seqs[i], seqs[j]) for i, j in zip(a, b, strict=True)])
+    want = want[:, :3].sum(axis=1)
+    assert dist.distances(a, b).tolist() == want.tolist()
+
+
+def test_a_2000_list_computes_far_fewer_than_n_squared_pairs() -> None:
+    from rescorer.mbr import DEFAULT_PRUNING, ListDistances, _pruned_choice, _ranked
+
+    nbest = random_set(0, 1, 2000, spread=0.01)  # nearly flat posteriors: every reference kept
+    t = np.array([h.scores["am"] for h in nbest["u0"]])
+    dist = ListDistances([h.words for h in nbest["u0"]], _ranked(t))
+    for scale in (0.01, 1.0, 100.0):
+        _pruned_choice(t, dist, scale, DEFAULT_PRUNING)
+    k, m, _ = DEFAULT_PRUNING.plan(np.sort(posteriors(t, 0.01))[::-1])
+    assert (k, m) == (64, 2000)
+    assert dist.pairs == 64 * 2000 < 2000 * 2000 / 30  # the block is computed once, kept
+    assert dist.block.shape == (64, 2000)
+    # peaked posteriors need a handful of references
+    assert DEFAULT_PRUNING.plan(np.sort(posteriors(t, 1e4))[::-1])[1] < 20
+
+
+def test_pruned_choices_equal_the_exact_ones_when_the_pruned_mass_is_tiny() -> None:
+    nbest = random_set(1, 30, 60, spread=3.0)
+    pruning = Pruning(exact_max=8, max_refs=40, max_candidates=10)
+    exact = pairwise_errors(nbest)
+    from rescorer.combine import total_scores
+
+    totals = total_scores(nbest, AM)
+    for scale in (2.0, 5.0, 20.0):
+        pruned = decode(nbest, AM, scale, pruning=pruning)
+        for u, c in pruned.items():
+            assert c.candidates is not None and len(c.candidates) == 10
+            want = choose(totals[u], exact[u], scale)
+            e = np.asarray(want.expected_errors)
+            # the bound holds, and a zero bound is an exact choice
+            assert e[c.index] - e.min() <= c.excess_bound + 1e-9
+            if c.excess_bound == 0:
+                assert c.index == want.index
+            k, m, q = pruning.plan(np.sort(posteriors(totals[u], scale))[::-1])
+            if q < 1e-6 and m < 40:
+                assert c.index == want.index
+    # and the exact path when nothing is pruned
+    assert {u: c.index for u, c in decode(nbest, AM, 1.0, pruning=NO_PRUNING).items()} == {
+        u: c.index for u, c in decode(nbest, AM, 1.0, distances=exact).items()
+    }
+
+
+def test_pruned_bound_holds_on_heavily_pruned_lists() -> None:
+    nbest = random_set(2, 20, 50, spread=0.5)
+    pruning = Pruning(exact_max=4, max_refs=6, max_candidates=3)
+    exact = pairwise_errors(nbest)
+    from rescorer.combine import total_scores
+
+    totals = total_scores(nbest, AM)
+    for scale in (0.1, 1.0, 10.0):
+        for u, c in decode(nbest, AM, scale, pruning=pruning).items():
+            e = np.asarray(choose(totals[u], exact[u], scale).expected_errors)
+            assert e[c.index] - e.min() <= c.excess_bound + 1e-9
+            # candidates hold E against the references, the others lower bounds of E
+            got = np.asarray(c.expected_errors)
+            assert np.all(got <= e + 1e-9)
+
+
+def test_search_scale_and_rerank_on_pruned_lists_follow_decode() -> None:
+    nbest = random_set(4, 12, 40, spread=2.0)
+    pruning = Pruning(exact_max=10, max_refs=30, max_candidates=8)
+    refs = {u: nbest[u].hyps[0].words for u in nbest}
+    from rescorer.wer import hypothesis_errors
+
+    errors = hypothesis_errors(nbest, refs)
+    scales = (0.3, 1.0, 4.0)
+    search = search_scale(nbest, refs, AM, scales=scales, pruning=pruning)
+    for scale, count in search.grid:
+        picks = decode(nbest, AM, scale, pruning=pruning)
+        assert count == sum(int(errors[u][c.index]) for u, c in picks.items())
+    out = rerank_posterior(nbest, AM, 1.0, pruning=pruning)
+    picks = decode(nbest, AM, 1.0, pruning=pruning)
+    for u in nbest:
+        assert out[u].hyps[0].words == nbest[u].hyps[picks[u].index].words
+        assert sorted(h.words for h in out[u]) == sorted(h.words for h in nbest[u])
+
+
+def test_default_pruning_leaves_30_best_lists_exact() -> None:
+    nbest = random_set(5, 5, 30)
+    for c in decode(nbest, AM, 1.0).values():
+        assert c.candidates is None and c.excess_bound == 0.0
+    with pytest.raises(ValueError, match="max_refs must be >= 1"):
+        Pruning(max_refs=0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import kenlm
 import pytest
 
+from rescorer.core.errors import InputError
 from rescorer.ngram import KenLMToolError, NgramOptions, build_ngram, find_program
 
 
@@ -70,7 +71,8 @@ def test_failed_build_keeps_the_old_model(tmp_path: Path) -> None:
     out.write_text("old model\n")
     bad = tmp_path / "bad.txt"
     bad.write_text("a <unk> b\n")  # lmplz refuses <unk> in text without --skip_symbols
-    with pytest.raises(KenLMToolError, match="lmplz failed"):
+    # refused before lmplz runs, naming the file, the line and the toolkit's flag
+    with pytest.raises(InputError, match=r"bad.txt:1: .*'<unk>'.*--skip-symbols"):
         build_ngram([bad], out, NgramOptions(order=2, binary=None, discount_fallback=True))
     assert out.read_text() == "old model\n"
 

@@ -480,3 +480,30 @@ def test_import_is_light() -> None:
     code = "import sys, rescorer.predict, rescorer.keyboard; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_predictable_logprobs_keeps_the_words_every_model_knows(
+    tiny_arpa: Path, tmp_path: Path
+) -> None:
+    """The EM columns of keyboard mixtures: words in the vocabulary that no model flags as
+    unknown, each model's own log-probability, ``</s>`` never."""
+    from rescorer.lms.kenlm import KenLM
+    from rescorer.predict import predictable_logprobs
+
+    narrow = tmp_path / "narrow.arpa"  # knows only "a"
+    narrow.write_text(
+        "\\data\\\nngram 1=4\nngram 2=1\n\n\\1-grams:\n-1.0\t<unk>\t0\n-99\t<s>\t0\n"
+        "-0.5\t</s>\t0\n-0.3\ta\t0\n\n\\2-grams:\n-0.2\t<s> a\n\n\\end\\\n",
+        encoding="utf-8",
+    )
+    models = [KenLM(tiny_arpa), KenLM(narrow)]
+    sentences = [("a", "b", "c"), ("b", "a"), ()]
+    lp = predictable_logprobs(models, sentences, vocabulary={"a", "b"})
+    # kept: "a" of sentence 1 and "a" of sentence 2 ("b" is unknown to narrow, "c" to both)
+    want = [
+        [models[k].token_logprobs(sentences)[0][0], models[k].token_logprobs(sentences)[1][1]]
+        for k in range(2)
+    ]
+    assert lp.shape == (2, 2)
+    assert lp.tolist() == want
+    assert predictable_logprobs(models, sentences, vocabulary={"b"}).shape == (2, 0)

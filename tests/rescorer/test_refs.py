@@ -91,7 +91,9 @@ def test_read_references_detects(tmp_path: Path) -> None:
     assert read_references(trn) == read_references(text) == {"u1": ("A", "B")}
     assert read_references(text, "kaldi") == {"u1": ("A", "B")}
     with pytest.raises(ValueError, match="unknown reference format"):
-        read_references(text, "stm")
+        read_references(text, "sgml")
+    with pytest.raises(InputError, match="scored against a ctm hypothesis"):
+        read_references(text, "stm")  # an stm has segments, not ids (wer: --hyp X.ctm)
 
 
 def test_utt2spk(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from rescorer.core.output import atomic_write
 from rescorer.lms import load_lm
-from rescorer.predict import em_mixture_weights, read_word_list
+from rescorer.predict import em_mixture_weights, predictable_logprobs, read_word_list
 
 
 def main() -> None:
@@ -35,15 +35,7 @@ def main() -> None:
     lines = args.dev.read_text(encoding="utf-8").splitlines()[: args.max_sentences]
     sentences = [line.split() for line in lines if line.split()]
     models = [load_lm(f"kenlm:{args.ngram}"), load_lm(f"torch:{args.lstm}", device=args.device)]
-    scores = [m.token_logprobs(sentences) for m in models]
-    flags = [m.oov_flags(sentences) for m in models]
-    columns: list[list[float]] = [[], []]
-    for i, words in enumerate(sentences):
-        for j, w in enumerate(words):
-            if w in vocab and not flags[0][i][j] and not flags[1][i][j]:
-                columns[0].append(float(scores[0][i][j]))
-                columns[1].append(float(scores[1][i][j]))
-    lp = np.array(columns)
+    lp = predictable_logprobs(models, sentences, vocab)
     weights = em_mixture_weights(lp)
     mixed = np.log(np.exp(lp).T @ weights)
     ppl = {

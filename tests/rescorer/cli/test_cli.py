@@ -509,7 +509,7 @@ def test_rescore_outputs(tmp_path: Path, tune_set: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     out = result.output.splitlines()
-    assert out[0] == f"wrote {outdir / 'nbest.jsonl'} and {outdir / '1best.txt'}"
+    assert out[0] == f"wrote {outdir / 'nbest.jsonl'}, {outdir / '1best.txt'} and 1best.trn"
     assert out[1] == f"{FIRST_PASS_LINE} first pass"
     assert out[2] == f"{ORACLE_LINE} rescored"
     assert any(line.startswith("verdict ") for line in out)
@@ -565,7 +565,7 @@ def test_rescore_without_ref(tmp_path: Path, tune_set: Path) -> None:
     result = run(["rescore", "--nbest", tune_set, "--weights", weights, "--out", outdir])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
-        f"wrote {outdir / 'nbest.jsonl'} and {outdir / '1best.txt'}"
+        f"wrote {outdir / 'nbest.jsonl'}, {outdir / '1best.txt'} and 1best.trn"
     ]
     assert not (outdir / "wer.txt").exists()
     first = (outdir / "1best.txt").read_text(encoding="utf-8").splitlines()[0]

@@ -249,7 +249,7 @@ def test_kill_rescore_leaves_the_old_or_the_new_set(espnet_dir: Path, tmp_path: 
     subprocess.run([*old_cmd, "--out", str(seed_dir)], env=ENV, check=True, capture_output=True)
     (seed_dir / "notes.txt").write_text("mine, not the set's\n", encoding="utf-8")
     old = snapshot(seed_dir)
-    assert sorted(old) == ["1best.txt", "nbest.jsonl", "notes.txt", "wer.txt"]
+    assert sorted(old) == ["1best.trn", "1best.txt", "nbest.jsonl", "notes.txt", "wer.txt"]
 
     target = tmp_path / "work" / "out"
     target.parent.mkdir()
@@ -262,8 +262,8 @@ def test_kill_rescore_leaves_the_old_or_the_new_set(espnet_dir: Path, tmp_path: 
     restore()
     subprocess.run(new_cmd, env=ENV, check=True, capture_output=True)
     new = snapshot(target)
-    assert sorted(new) == ["1best.txt", "nbest.jsonl", "notes.txt"]  # notes.txt carried
-    for name in ("1best.txt", "nbest.jsonl"):  # every file differs: a mix would show
+    assert sorted(new) == ["1best.trn", "1best.txt", "nbest.jsonl", "notes.txt"]  # notes kept
+    for name in ("1best.trn", "1best.txt", "nbest.jsonl"):  # every file differs: a mix shows
         assert old[name] != new[name], name
     kill_repeatedly(new_cmd, target, old, new, restore)
 
@@ -614,7 +614,12 @@ def test_links_to_a_file_or_folder_are_written_through(tmp_path: Path, small_wei
     assert file_link.is_symlink() and os.readlink(file_link) == str(real_file)
     assert dir_link.is_symlink() and os.readlink(dir_link) == str(real_dir)
     assert real_file.read_text(encoding="utf-8").startswith('{"utt"')
-    assert sorted(p.name for p in real_dir.iterdir()) == ["1best.txt", "nbest.jsonl", "notes.txt"]
+    assert sorted(p.name for p in real_dir.iterdir()) == [
+        "1best.trn",
+        "1best.txt",
+        "nbest.jsonl",
+        "notes.txt",
+    ]
     assert sorted(os.listdir(tmp_path)) == sorted(
         ["real.jsonl", "real_dir", "file-link", "dir-link", "w.json"]
     )

@@ -204,7 +204,12 @@ def test_reference_readers_never_crash(content: str | bytes) -> None:
 # --- writer -> reader round trips -------------------------------------------------------------
 
 FIELD = st.text(
-    st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp")), min_size=1, max_size=6
+    st.characters(
+        blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"),
+        blacklist_characters="\ufeff",  # readers drop it; writers refuse it
+    ),
+    min_size=1,
+    max_size=6,
 ).filter(lambda s: not any(c.isspace() for c in s) and s not in ("<s>", "</s>", "-pau-"))
 UTT_ID = FIELD.filter(lambda s: "/" not in s and not s.startswith(".") and "(" not in s)
 SCORE = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6)

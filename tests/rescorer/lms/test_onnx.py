@@ -136,6 +136,76 @@ def test_scores_equal_torch(files: dict[str, Path], torch_lm: TorchLM, kind: str
     assert lm.token_logprobs([]) == [] and lm.sentence_logprobs([]).shape == (0,)
 
 
+# -- step kinds: the prefix-shared forest --------------------------------------------------------
+
+
+def counting(lm: OnnxLM, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, np.ndarray]]:
+    """Record the feed of every session run of ``lm``."""
+    feeds: list[dict[str, np.ndarray]] = []
+    real_run = lm.session.run
+
+    def run(names: object, feed: dict[str, np.ndarray]) -> object:
+        feeds.append(feed)
+        return real_run(names, feed)
+
+    monkeypatch.setattr(lm.session, "run", run)
+    return feeds
+
+
+@pytest.mark.parametrize("kind", ["step", "multi"])
+def test_step_kinds_score_distinct_prefixes_once(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    rng = random.Random(30 + len(kind))
+    sentences, contexts = nbest_like(rng, 10, 6)
+    sentences += [[], [], ["cat"]]
+    contexts += [None, NEWS, {"genre": "sport"}]
+    if kind == "step":
+        contexts = [NEWS] * len(sentences)
+    padded = OnnxLM(files[kind], device="cpu", prefix_tree=False)  # the whole-sentence path
+    want = padded.token_logprobs(sentences, contexts)
+    for batch in (4096, 7, 1):
+        lm = OnnxLM(files[kind], device="cpu", batch_tokens=batch)
+        feeds = counting(lm, monkeypatch)
+        got = lm.token_logprobs(sentences, contexts)
+        for g, w, words in zip(got, want, sentences, strict=True):
+            assert g.dtype == np.float64 and g.shape == (len(words) + 1,)
+            np.testing.assert_allclose(g, w, atol=ATOL, rtol=0)
+        # one row per distinct (context, prefix), each run one position of <= batch rows
+        cids = lm.context_ids(len(sentences), contexts)
+        ids = lm.words.ids(sentences)
+        prefixes = {
+            (int(c), tuple(s[:k]))
+            for c, s in zip(cids, ids, strict=True)
+            for k in range(len(s) + 1)
+        }
+        assert sum(len(f["x"]) for f in feeds) == len(prefixes)
+        assert all(f["x"].shape[1] == 1 and len(f["x"]) <= batch for f in feeds)
+        if kind == "multi":  # a FactorCell export: every run of one context (its shared W')
+            assert lm._one_context_runs
+            assert all(len(set(f["context_id"].tolist())) == 1 for f in feeds)
+            assert len({int(f["context_id"][0]) for f in feeds}) == len(set(cids.tolist())) > 1
+    assert not OnnxLM(files["scorer"], device="cpu", prefix_tree=True).prefix_tree
+
+
+def test_mixed_contexts_share_runs_where_that_is_cheap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A SoftmaxBias multi export gathers only a bias per row: the trees run together.
+    model = make_model("softmax_bias", num_layers=1, scale=0.3)
+    path = export_model(model, VOCAB, tmp_path / "m.onnx", ExportOptions("multi")).path
+    want = TorchLM(save_checkpoint(tmp_path / "ckpt", model, VOCAB), device="cpu")
+    sentences, contexts = nbest_like(random.Random(5), 12, 4)
+    lm = OnnxLM(path, device="cpu")
+    feeds = counting(lm, monkeypatch)
+    got = lm.token_logprobs(sentences, contexts)
+    for g, w in zip(got, want.token_logprobs(sentences, contexts), strict=True):
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=0)
+    assert not lm._one_context_runs
+    assert len(set(feeds[0]["context_id"].tolist())) > 1  # the roots of several contexts
+    assert len(feeds) == max(len(s) for s in sentences) + 1  # one run per depth
+
+
 def test_multi_context_ids_follow_the_torch_rules(
     files: dict[str, Path], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -196,6 +196,13 @@ def test_onnx_step_export_reads_the_history_like_torch(
         strict=True,
     ):  # fmt: skip
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # the prefix tree (roots from their histories' states) = the whole padded runs
+    padded = OnnxLM(out, device="cpu", batch_tokens=40, prefix_tree=False)
+    for got, want in zip(
+        onnx_lm.token_logprobs(sentences, records), padded.token_logprobs(sentences, records),
+        strict=True,
+    ):  # fmt: skip
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
     # streaming from a history: start() runs it through the step graph
     record = next(r for r in records if r.get("previous", "").strip())
     state = onnx_lm.start(record)

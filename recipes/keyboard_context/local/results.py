@@ -1,0 +1,306 @@
+"""RESULTS.md of the keyboard-with-context recipe, from the corpora's exp/ folders.
+
+One section per corpus: the systems' keyboard-eval totals (KS at k = 1, 3, 5, top-1/top-3
+accuracy, MRR, CPU latency per keystroke), the paired tests by sentence (compare.json, stage 6),
+the KS gain by context value, and the acceptance checks of the issue, measured; then the
+commands, settings, machine and wall times (times.tsv). Writes the plot of the KS gain by
+context value (``ks_gain_by_value.png``) beside OUT when matplotlib is installed (the
+``plots`` extra); without it the numbers table is all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+
+from rescorer.core.machine import cpu_name
+
+TITLES = {
+    "agnews": "AG News, news topic as context",
+    "dbpedia": "DBpedia, ontology class as context",
+    "brown": "Brown, genre as context",
+    "agnews_prev": "AG News, the previous sentences (title first) as context",
+    "brown_prev": "Brown, the previous sentences as context",
+}
+LABELS = {
+    "unadapted": "Unadapted",
+    "softmax_bias": "SoftmaxBias",
+    "concat": "ConcatCell",
+    "factor": "FactorCell",
+}
+ALPHA = 0.05
+
+
+def system_label(name: str) -> str:
+    if name == "4gram":
+        return "KenLM 4-gram"
+    if name.startswith("4gram_"):
+        return f"4-gram + {LABELS[name[6:]]} (linear, with context)"
+    if name.endswith("_nocontext"):
+        return f"LSTM {LABELS[name[:-10]]}, context withheld (control)"
+    if name == "unadapted":
+        return "LSTM Unadapted"
+    return f"LSTM {LABELS[name]}, with context"
+
+
+def order(names: list[str]) -> list[str]:
+    ranks = [
+        "4gram",
+        "unadapted",
+        "softmax_bias",
+        "softmax_bias_nocontext",
+        "concat",
+        "concat_nocontext",
+        "factor",
+        "factor_nocontext",
+    ]
+    return sorted(names, key=lambda n: ranks.index(n) if n in ranks else len(ranks))
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def pval(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def dev_ppl(exp: Path, name: str) -> str:
+    f = exp / name / "last" / "trainer.json"
+    if not f.exists():
+        return "—"
+    return f"{json.loads(f.read_text())['best_dev_ppl']:.1f}"
+
+
+def find(comps: list[dict], a: str, b: str, k: int = 3) -> dict | None:
+    return next((c for c in comps if c["a"] == a and c["b"] == b and c["k"] == k), None)
+
+
+def check_line(comps: list[dict], a: str, b: str, goal: float, text: str) -> str:
+    c = find(comps, a, b)
+    if c is None:
+        return f"- {text}: not measured (a system is missing)"
+    ok = c["difference"] >= goal and c["p_matched_pairs"] < ALPHA and c["difference"] > 0
+    return (
+        f"- {text}: {100 * c['difference']:+.2f} points at k=3 (p = "
+        f"{pval(c['p_matched_pairs'])}, goal {100 * goal:+.1f}, p < {ALPHA}): "
+        f"**{'met' if ok else 'missed'}**"
+    )
+
+
+def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
+    lines = [f"## {TITLES.get(corpus, corpus)}", ""]
+    stats = json.loads((exp / "data" / "stats.json").read_text())
+    cmp_file = exp / "compare.json"
+    cmp = json.loads(cmp_file.read_text()) if cmp_file.exists() else None
+    n_tr, n_dev, n_te = stats["documents"]
+    reports = {p.stem: json.loads(p.read_text()) for p in (exp / "eval").glob("*.json")}
+    if not reports:
+        return lines + ["No system typed yet.", ""], None
+    typed = next(iter(reports.values()))
+    lines += [
+        f"Documents train/dev/test {n_tr:,}/{n_dev:,}/{n_te:,} (80/10/10 by document, "
+        f"stratified by {stats['label_field']}, seed 0); {stats['train_words']:,} training "
+        f"words; prediction vocabulary {stats['vocab']:,} words (the most frequent training "
+        f"words, every system). Typed: {typed['sentences']:,} of the "
+        f"{stats['test_sentences']:,} test sentences ({typed['words']:,} words, "
+        f"{100 * typed['oov'] / typed['words']:.2f}% outside the vocabulary). Context "
+        f"field: `{stats['field']}`.",
+        "",
+        "| system | KS k=1 | KS k=3 | KS k=5 | top-1 acc | top-3 acc | MRR "
+        "| CPU ms per keystroke (mean) | dev ppl |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in order(list(reports)):
+        r = reports[name]
+        ppl = dev_ppl(exp, name) if name in LABELS else "—"
+        lines.append(
+            f"| {system_label(name)} | {pct(r['ks']['1'])} | {pct(r['ks']['3'])} | "
+            f"{pct(r['ks']['5'])} | {pct(r['accuracy']['1'])} | {pct(r['accuracy']['3'])} | "
+            f"{r['mrr']:.4f} | {r['latency_cpu_ms']['mean']:.2f} | {ppl} |"
+        )
+    lines.append("")
+    if cmp is None:
+        return lines, None
+    comps = cmp["comparisons"]
+    lines += [
+        "Paired by sentence (`rescorer keyboard-compare A B`, k=3; p of the matched-pairs "
+        "test, Wilcoxon beside it; the 95% bootstrap interval of KS B - A):",
+        "",
+        "| B against A | KS A | KS B | B - A (points) | p matched pairs | p Wilcoxon "
+        "| 95% CI (points) | B better / worse (sentences) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in comps:
+        if c["k"] != 3:
+            continue
+        lo, hi = c["ci95"]
+        lines.append(
+            f"| {system_label(c['b'])} against {system_label(c['a'])} | {pct(c['ks_a'])} | "
+            f"{pct(c['ks_b'])} | {100 * c['difference']:+.2f} | {pval(c['p_matched_pairs'])} | "
+            f"{pval(c['p_wilcoxon'])} | [{100 * lo:+.2f}, {100 * hi:+.2f}] | "
+            f"{c['b_better']} / {c['b_worse']} |"
+        )
+    lines.append("")
+    adapted = [m for m in ("softmax_bias", "concat", "factor") if m in reports]
+    top = max(adapted, key=lambda m: reports[m]["ks"]["3"]) if adapted else None
+    by_value = cmp["ks_by_value"]
+    if top:
+        lines += [
+            f"KS at k=3 by {cmp['label_field']} (the best context model by test KS, "
+            f"{LABELS[top]}, against the Unadapted LSTM and against itself with the context "
+            "withheld):",
+            "",
+            f"| {cmp['label_field']} | sentences | Unadapted | {LABELS[top]} | "
+            f"{LABELS[top]}, withheld | gain over Unadapted | gain over withheld |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for v in sorted(by_value):
+            row = by_value[v]
+            if not all(s in row for s in ("unadapted", top, f"{top}_nocontext")):
+                continue
+            u, t, w = row["unadapted"]["ks3"], row[top]["ks3"], row[f"{top}_nocontext"]["ks3"]
+            lines.append(
+                f"| {v} | {row[top]['sentences']} | {pct(u)} | {pct(t)} | {pct(w)} | "
+                f"{100 * (t - u):+.2f} | {100 * (t - w):+.2f} |"
+            )
+        lines.append("")
+        # the issue's goals: +1.0 point for a label, +0.5 for the previous sentences
+        goal = 0.005 if stats["field"] == "previous" else 0.01
+        checks = [
+            "Acceptance checks (issue 49), as measured here "
+            f"(best context model by test KS: {LABELS[top]}; by dev perplexity: "
+            f"{LABELS.get(cmp['best_mode'] or '', '—')}, the one interpolated):",
+            "",
+            check_line(comps, "unadapted", top, goal, f"{LABELS[top]} over the Unadapted LSTM"),
+            check_line(
+                comps,
+                f"{top}_nocontext",
+                top,
+                goal if stats["field"] == "previous" else 0.0,
+                f"{LABELS[top]} over its context-withheld control",
+            ),
+        ]
+        fc, cc = reports.get("factor"), reports.get("concat")
+        if fc and cc:
+            d = fc["ks"]["3"] - cc["ks"]["3"]
+            c = find(comps, "concat", "factor")
+            p = f", p = {pval(c['p_matched_pairs'])}" if c else ""
+            ok = d >= 0 or (c is not None and c["p_matched_pairs"] >= ALPHA)
+            checks.append(
+                f"- FactorCell against ConcatCell: {100 * d:+.2f} points at k=3{p}: "
+                f"**{'met' if ok else 'missed'}** (>= or within noise)"
+            )
+        best = cmp["best_mode"]
+        if best and f"4gram_{best}" in reports:
+            ca, cb = find(comps, "4gram", f"4gram_{best}"), find(comps, best, f"4gram_{best}")
+            if ca and cb:
+                ok = (
+                    min(ca["difference"], cb["difference"]) > 0
+                    and max(ca["p_matched_pairs"], cb["p_matched_pairs"]) < ALPHA
+                )
+                checks.append(
+                    f"- 4-gram + {LABELS[best]} against both alone: "
+                    f"{100 * ca['difference']:+.2f} over the 4-gram (p = "
+                    f"{pval(ca['p_matched_pairs'])}), {100 * cb['difference']:+.2f} over "
+                    f"{LABELS[best]} (p = {pval(cb['p_matched_pairs'])}): "
+                    f"**{'met' if ok else 'missed'}**"
+                )
+        lines += checks + [""]
+    return lines, (cmp, top)
+
+
+def plot(gains: dict[str, tuple[dict, str]], out: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    panels = [(c, g) for c, g in gains.items() if g[1]]
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (corpus, (cmp, top)) in zip(axes[0], panels, strict=True):
+        vals = sorted(
+            v
+            for v, row in cmp["ks_by_value"].items()
+            if all(s in row for s in ("unadapted", top, f"{top}_nocontext"))
+        )
+        rows = [cmp["ks_by_value"][v] for v in vals]
+        xs = range(len(vals))
+        g_u = [100 * (r[top]["ks3"] - r["unadapted"]["ks3"]) for r in rows]
+        g_w = [100 * (r[top]["ks3"] - r[f"{top}_nocontext"]["ks3"]) for r in rows]
+        ax.bar([x - 0.2 for x in xs], g_u, 0.4, label="over Unadapted")
+        ax.bar([x + 0.2 for x in xs], g_w, 0.4, label="over context withheld")
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels(vals, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("KS gain at k=3 (points)")
+        ax.set_title(f"{corpus}: {LABELS[top]}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--exp", type=Path, required=True)
+    ap.add_argument("--corpora", nargs="+", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--settings", default="")
+    args = ap.parse_args()
+    lines = [
+        "# Keyboard prediction with a context",
+        "",
+        "Keystroke savings (KS) when typing held-out sentences letter by letter with k "
+        "suggestions, for LSTMs of one size that read a context (Jaech & Ostendorf 2018: "
+        "SoftmaxBias, ConcatCell, FactorCell) against the same LSTM without one (Unadapted), "
+        "the same context model with the context withheld (its expected context, the mean "
+        "over the training values), a KenLM 4-gram, and the best context model (by dev "
+        "perplexity) interpolated with the 4-gram. No space is counted after a sentence's last "
+        "word. Made by `recipes/keyboard_context/run.sh` (README.md there: the stages).",
+        "",
+    ]
+    gains = {}
+    for corpus in args.corpora:
+        exp = args.exp / corpus
+        if not (exp / "data" / "stats.json").exists():
+            continue
+        sec, g = section(exp, corpus)
+        lines += sec
+        if g:
+            gains[corpus] = g
+    png = args.out.parent / "ks_gain_by_value.png"
+    if gains and plot(gains, png):
+        lines += [
+            "## KS gain by context value",
+            "",
+            "![KS gain at k=3 by context value](ks_gain_by_value.png)",
+            "",
+        ]
+    times = args.exp / "times.tsv"
+    lines += [
+        "## Run",
+        "",
+        f"- Command: `{args.command}`",
+        f"- Settings: `{args.settings}`",
+        f"- Date: {dt.date.today().isoformat()}",
+        f"- Machine: {cpu_name()}",
+    ]
+    if times.exists():
+        steps = [ln.split("\t") for ln in times.read_text().splitlines() if "\t" in ln]
+        lines.append("- Wall time (s): " + ", ".join(f"{n} {s}" for n, s in steps))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
