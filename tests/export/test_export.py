@@ -649,3 +649,40 @@ def test_vector_export_metadata_and_refusals(tmp_path: Path) -> None:
         )
     with pytest.raises(ValueError, match="takes the context embedding as an input"):
         ExportOptions("vector-scorer", context={"topic": "money"})
+
+
+def test_a_folded_step_export_types_as_the_torch_model_with_its_context(
+    tmp_path: Path, ckpt: Path
+) -> None:
+    """Issue 49: `export --kind step --context ...` typed through `keyboard-eval --lm onnx:`
+    gives the keystrokes, hits and ranks of the torch model given that context."""
+    rng = np.random.default_rng(0)
+    words = [w for w in VOCAB if not w.startswith("<")]
+    lines = [" ".join(rng.choice(words, size=rng.integers(3, 9))) for _ in range(25)]
+    text = tmp_path / "t.tsv"
+    text.write_text("".join(f"s{i}\t{line}\n" for i, line in enumerate(lines)), encoding="utf-8")
+    ctx = tmp_path / "ctx.jsonl"
+    ctx.write_text(
+        "".join(
+            json.dumps({"utt": f"s{i}", "fields": {"genre": "sport", "topic": "money"}}) + "\n"
+            for i in range(len(lines))
+        ),
+        encoding="utf-8",
+    )
+    onnx_path = tmp_path / "sport.onnx"
+    assert (
+        run([ckpt, onnx_path, "--context", "genre=sport", "--context", "topic=money"]).exit_code
+        == 0
+    )
+
+    def typed(lm: str, *extra: object) -> list[dict]:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+        args = ["-q", "keyboard-eval", "--lm", lm, "--text", text, "-k", "1,3", *extra]
+        result = CliRunner().invoke(main, [*map(str, args), "--per-sentence", str(out)])
+        assert result.exit_code == 0, result.output
+        return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+
+    with_context = typed(f"m=torch:{ckpt}", "--context", ctx)
+    folded = typed(f"m=onnx:{onnx_path}")
+    assert folded == with_context
+    assert typed(f"m=torch:{ckpt}") != with_context  # the context changes the suggestions
