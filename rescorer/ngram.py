@@ -33,6 +33,7 @@ from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import TEMP_SUFFIX, atomic_path, check_output_file, clean_stale
 from rescorer.kenlm_tools import find_program
 from rescorer.normalize import get_normalizer
+from rescorer.refs import TRN_ID
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ TRAINING_TEXT_FORMATS = ("plain", "kaldi", "tsv", "trn")
 (``words (id)``). The ids are dropped: lmplz sees the words only."""
 # Words lmplz refuses in its text (unless --skip-symbols)
 SPECIAL_WORDS = frozenset({"<s>", "</s>", "<unk>"})
-_TRN_ID = re.compile(r"\s*\(([^()\s]+)\)\s*$")
 # lmplz's -S: a percentage of physical memory or a size with an optional unit (bytes by default)
 _MEMORY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)([%bKMGT]?)$")
 _UNITS = {"": 1, "b": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -286,7 +286,7 @@ def training_sentence(line: str, text_format: str, path: Path, lineno: int) -> s
                 lineno,
             )
         return cols[1]
-    m = _TRN_ID.search(line)
+    m = TRN_ID.search(line)
     if m is None:
         raise InputError(
             "expected a trn line 'words (id)' (--text-format trn), got no '(id)' at the end",

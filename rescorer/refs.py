@@ -42,7 +42,8 @@ HYP_FORMATS = ("trn", "kaldi", "ctm", "nemo")
 """Formats of a hypothesis text (``ctm`` only against an stm reference)."""
 SNIFF_LINES = 20
 """Non-blank lines a Kaldi text or trn is checked on for the look of another format."""
-_TRN_ID = re.compile(r"\(([^()\s]+)\)\s*$")
+TRN_ID = re.compile(r"\(([^()\s]+)\)\s*$")
+"""The id at the end of an sclite trn line: ``words (id)``."""
 
 
 def split_espnet_id(trn_id: str) -> tuple[str, str] | None:
@@ -63,7 +64,7 @@ def split_espnet_id(trn_id: str) -> tuple[str, str] | None:
 
 
 def _parse_trn_line(line: str, path: Path, lineno: int) -> tuple[str, tuple[str, ...]]:
-    m = _TRN_ID.search(line)
+    m = TRN_ID.search(line)
     if not m:
         raise InputError(f"expected 'words (id)', got {shorten(line.strip())!r}", path, lineno)
     return m.group(1), tuple(line[: m.start()].split())
@@ -252,9 +253,14 @@ def detect_reference_format(path: str | Path) -> str:
         )
         return "nemo"
     first = first_content_line(path)
-    if first is not None and _TRN_ID.search(first[1]):
+    if first is not None and TRN_ID.search(first[1]):
         return "trn"
     return "kaldi"
+
+
+def transcript_format(path: str | Path, fmt: str | None) -> str:
+    """``fmt`` as given, or for ``auto`` (or None) :func:`detect_reference_format`'s."""
+    return detect_reference_format(path) if fmt in (None, "auto") else fmt
 
 
 def _read_text(
@@ -265,8 +271,7 @@ def _read_text(
     id_key: str | None = None,
 ) -> dict[str, tuple[str, ...]]:
     option = "--ref-format" if role == "reference" else "--hyp-format"
-    if fmt is None:
-        fmt = detect_reference_format(path)
+    fmt = transcript_format(path, fmt)
     if fmt == "trn":
         return read_trn(path, id_style, option)
     if fmt in ("kaldi", "text"):

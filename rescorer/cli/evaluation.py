@@ -32,9 +32,9 @@ from rescorer.formats.sclite import SegmentedText, read_ctm, read_stm, segment_c
 from rescorer.normalize import NoiseWords, Normalizer
 from rescorer.refs import (
     HYP_FORMATS,
-    detect_reference_format,
     read_hypothesis_text,
     read_references,
+    transcript_format,
 )
 from rescorer.wer import score_corpus
 
@@ -54,10 +54,6 @@ def read_hyp_text(path: Path, fmt: str, id_key: str | None = None) -> dict[str, 
     return read_hypothesis_text(path, None if fmt == "auto" else fmt, id_key)
 
 
-def _format_of(path: Path, fmt: str) -> str:
-    return detect_reference_format(path) if fmt == "auto" else fmt
-
-
 def read_stm_ctm_inputs(
     ref_path: Path | None,
     ref_format: str,
@@ -68,8 +64,8 @@ def read_stm_ctm_inputs(
     """An stm ``--ref`` with a ctm ``--hyp`` and ``--compare`` (None without it), each cut into
     the stm's segments (:mod:`rescorer.formats.sclite`); None when neither is an stm or a ctm; an
     :class:`InputError` (one line) for an stm or a ctm with a text of another kind."""
-    hyp_fmt = _format_of(hyp_path, hyp_format)
-    ref_fmt = None if ref_path is None else _format_of(ref_path, ref_format)
+    hyp_fmt = transcript_format(hyp_path, hyp_format)
+    ref_fmt = None if ref_path is None else transcript_format(ref_path, ref_format)
     if ref_fmt != "stm" and hyp_fmt != "ctm":
         return None
     if ref_path is None:
@@ -83,7 +79,7 @@ def read_stm_ctm_inputs(
         )
     texts = [(hyp_path, hyp_fmt)]
     if compare_path is not None:
-        texts.append((compare_path, _format_of(compare_path, hyp_format)))
+        texts.append((compare_path, transcript_format(compare_path, hyp_format)))
     for path, fmt in texts:
         if fmt != "ctm":
             read_hyp_text(path, fmt)  # refuses with the candidates what looks like a ctm

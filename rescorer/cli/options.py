@@ -763,14 +763,23 @@ def load_contexts(
     return contexts
 
 
+def nbest_format(path: Path, fmt: str) -> str:
+    """``--format``, or for ``auto`` the format detected (logged: ``-v`` shows what was taken)."""
+    if fmt != "auto":
+        return fmt
+    detected = detect_format(path)
+    logger.info(
+        "%s: read as %s N-best lists (detected; --format %s says so)", path, detected, detected
+    )
+    return detected
+
+
 def load_nbest(
     path: Path, fmt: str, extra_scores: Sequence[ScoreDir] = (), max_nbest: int | None = None
 ) -> NBest:
     """The N-best lists of ``--nbest`` (format detected for ``auto``), with the features of
     any ``--extra-scores`` folders added, then cut to their first ``max_nbest`` hypotheses."""
-    if fmt == "auto":
-        fmt = detect_format(path)
-        logger.info("%s: read as %s N-best lists (detected; --format %s says so)", path, fmt, fmt)
+    fmt = nbest_format(path, fmt)
     nbest = read_nbest(path, fmt)
     if len(nbest) == 0:
         raise InputError("no N-best lists in it", path)
@@ -788,9 +797,7 @@ def open_source(
     list cut to its first ``max_nbest`` hypotheses (``--max-nbest``) as it is read."""
     from rescorer.formats.source import NBestSource, open_nbest
 
-    if fmt == "auto":
-        fmt = detect_format(path)
-        logger.info("%s: read as %s N-best lists (detected; --format %s says so)", path, fmt, fmt)
+    fmt = nbest_format(path, fmt)
     if extra_scores:
         return NBestSource.of(load_nbest(path, fmt, extra_scores, max_nbest), path, fmt)
     source = open_nbest(path, fmt).head(max_nbest)
@@ -874,10 +881,9 @@ def load_speakers(
     if path is None:
         if ref_path is None:
             return None
-        from rescorer.refs import detect_reference_format, trn_speakers
+        from rescorer.refs import transcript_format, trn_speakers
 
-        fmt = detect_reference_format(ref_path) if ref_format == "auto" else ref_format
-        return trn_speakers(ids) if fmt == "trn" else None
+        return trn_speakers(ids) if transcript_format(ref_path, ref_format) == "trn" else None
     spk = read_utt2spk(path)
     missing = set(ids) - set(spk)
     if missing:  # a map of a larger corpus is fine; every utterance here needs a speaker

@@ -489,13 +489,11 @@ def hypothesis_trn_ids(
     files as written, ESPnet's ``(<speaker>-<uttid>)`` included); else, with ``--utt2spk``,
     ESPnet's ``<speaker>-<uttid>`` where every utterance id starts with its speaker; else the
     utterance ids."""
-    from rescorer.refs import detect_reference_format, read_utt2spk, split_espnet_id, trn_ids
+    from rescorer.refs import read_utt2spk, split_espnet_id, transcript_format, trn_ids
 
-    if ref_path is not None:
-        fmt = detect_reference_format(ref_path) if ref_format == "auto" else ref_format
-        if fmt == "trn":
-            written = trn_ids(ref_path)
-            return {u: written.get(u, u) for u in ids}
+    if ref_path is not None and transcript_format(ref_path, ref_format) == "trn":
+        written = trn_ids(ref_path)
+        return {u: written.get(u, u) for u in ids}
     if utt2spk is not None:
         spk = read_utt2spk(utt2spk)
         styled = {u: f"{spk[u]}-{u}" for u in ids if u in spk}
