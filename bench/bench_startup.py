@@ -2,22 +2,29 @@
 
 Scores one 1-best file (the LibriSpeech recipe's row 3 on dev_other; where the recipe has not
 run, the lists' own first-pass 1-best, ``raw_hypotheses/1best_recog/text``: the same size)
-against its references, timed as whole processes (interpreter start, imports, reading,
-alignment), interleaved A B C A B C ..., median and min of the rounds, wall and CPU seconds.
+against its references, and its first ``--small`` (5) utterances (the start-up), timed as whole
+processes (interpreter start, imports, reading, alignment), interleaved A B C A B C ..., medians
+of the rounds, CPU and wall milliseconds; the ratios are of CPU time.
 jiwer runs in an interpreter that has it (``--jiwer-python``, e.g. a throwaway venv with ``pip
 install jiwer``; without it the jiwer row is left out and the ratios are to the floor); a bare
 ``python -c pass`` of the same interpreter as ours is the floor.
 
-    .venv/bin/python bench/bench_startup.py --jiwer-python /tmp/jwenv/bin/python [--smoke]
+    .venv/bin/python bench/bench_startup.py --jiwer-python /tmp/jwenv/bin/python [--smoke] \
+        [--rescorer /tmp/plainvenv/bin/rescorer]
+
+A plain install, as a user's: ``python -m venv /tmp/plainvenv && /tmp/plainvenv/bin/pip install
+click && /tmp/plainvenv/bin/pip install --no-deps .`` (``wer`` needs only click).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -57,10 +64,55 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, cpu, out.strip().splitlines()[0] if out.strip() else ""
 
 
+def first_lines(src: Path, dest: Path, n: int) -> Path:
+    """The first ``n`` lines of ``src`` written to ``dest``."""
+    with open(src, encoding="utf-8") as f:
+        dest.write_text("".join(itertools.islice(f, n)), encoding="utf-8")
+    return dest
+
+
+def floor_python(rescorer: str) -> str:
+    """The interpreter of the ``rescorer`` program's environment (its floor), else ours."""
+    python = Path(rescorer).parent / "python"
+    return str(python) if python.exists() else sys.executable
+
+
+def commands(rescorer: str, ref: Path, hyp: Path, jiwer_python: str | None) -> dict[str, list[str]]:
+    """The processes compared on one reference/hypothesis pair."""
+    cmds = {
+        "rescorer wer": [
+            rescorer,
+            "wer",
+            "--ref",
+            str(ref),
+            "--hyp",
+            str(hyp),
+            "--no-summary",
+        ],
+        "jiwer (process_words)": [str(jiwer_python), "-c", JIWER, str(ref), str(hyp)],
+        "python -c pass (floor)": [floor_python(rescorer), "-c", "pass"],
+    }
+    if jiwer_python is None:
+        del cmds["jiwer (process_words)"]
+    return cmds
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jiwer-python", default=None, help="an interpreter with jiwer installed")
     ap.add_argument("--hyp", type=Path, default=None, help="default: the recipe's row 3")
+    ap.add_argument(
+        "--rescorer",
+        default=str(benchlib.RESCORER),
+        help="the rescorer program timed (default: this checkout's .venv, an editable install; "
+        "a plain `pip install .` in a venv of its own is what a user runs)",
+    )
+    ap.add_argument(
+        "--small",
+        type=int,
+        default=5,
+        help="utterances of the start-up input (the first lines of the references and hyp)",
+    )
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "startup.md")
     benchlib.add_common(ap)
@@ -81,57 +133,63 @@ def main() -> None:
     )
     ref_lines = ref.read_text(encoding="utf-8").splitlines()
     utts, words = len(ref_lines), sum(len(x.rsplit("\t", 1)[0].split()) for x in ref_lines)
-    rescorer = str(benchlib.RESCORER)
-    cmds = {
-        "rescorer wer": [
-            rescorer,
-            "wer",
-            "--ref",
-            str(ref),
-            "--hyp",
-            str(args.hyp),
-            "--no-summary",
-        ],
-        "jiwer (process_words)": [str(args.jiwer_python), "-c", JIWER, str(ref), str(args.hyp)],
-        "python -c pass (floor)": [sys.executable, "-c", "pass"],
-    }
-    if args.jiwer_python is None:
-        del cmds["jiwer (process_words)"]
     base_name = "jiwer (process_words)" if args.jiwer_python else "python -c pass (floor)"
-    times: dict[str, list[float]] = {k: [] for k in cmds}
-    cpu: dict[str, list[float]] = {k: [] for k in cmds}
-    outputs: dict[str, str] = {}
-    for cmd in cmds.values():  # warm-up, not counted: bytecode caches written, files cached
-        timed(cmd, env)
-    for _ in range(args.rounds):  # interleaved
-        for name, cmd in cmds.items():
-            seconds, cpu_s, first = timed(cmd, env)
-            times[name].append(seconds)
-            cpu[name].append(cpu_s)
-            outputs[name] = first
-    base = statistics.median(times[base_name])
     short = "jiwer" if args.jiwer_python else "floor"
+    with tempfile.TemporaryDirectory() as tmp:
+        # The start-up input: the first lines of both files (ESPnet's 1-best and its trn list
+        # the utterances in one order).
+        small_ref = first_lines(ref, Path(tmp) / "ref_small.trn", args.small)
+        small_hyp = first_lines(args.hyp, Path(tmp) / "hyp_small.txt", args.small)
+        inputs = {
+            f"start-up: the first {args.small} utterances": commands(
+                args.rescorer, small_ref, small_hyp, args.jiwer_python
+            ),
+            f"the whole set: {utts:,} utterances, {words:,} reference words": commands(
+                args.rescorer, ref, args.hyp, args.jiwer_python
+            ),
+        }
+        runs = [(title, name, cmd) for title, cmds in inputs.items() for name, cmd in cmds.items()]
+        wall: dict[tuple[str, str], list[float]] = {(t, n): [] for t, n, _ in runs}
+        cpu: dict[tuple[str, str], list[float]] = {(t, n): [] for t, n, _ in runs}
+        outputs: dict[tuple[str, str], str] = {}
+        for _, _, cmd in runs:  # warm-up, not counted: bytecode caches written, files cached
+            timed(cmd, env)
+        for _ in range(args.rounds):  # interleaved
+            for title, name, cmd in runs:
+                seconds, cpu_s, first = timed(cmd, env)
+                wall[title, name].append(seconds)
+                cpu[title, name].append(cpu_s)
+                outputs[title, name] = first
     lines = [
         *benchlib.header(
             "Start-up: `rescorer wer` against jiwer, whole processes",
             threads=threads,
-            ratios=f"x {short}",
-            absolute="seconds",
+            ratios=f"x {short} (CPU time)",
+            absolute="milliseconds",
         ),
-        f"- Input: `{args.hyp.name}` {what} (dev_other, {utts:,} utterances, {words:,} "
-        "reference words)",
+        f"- rescorer: `{args.rescorer}`",
+        f"- Input: `{args.hyp.name}` {what} against dev_other's `ref_wer.trn`: its first "
+        f"{args.small} utterances (start-up), and all of it",
         f"- {args.rounds} rounds, interleaved, after one warm-up round (bytecode cached, as "
-        "for an installed package); wall and CPU (user + system) seconds of each process",
-        "",
-        f"| command | median s | min s | CPU s, median | x {short} (wall) | first output line |",
-        "|---|---|---|---|---|---|",
-        *(
-            f"| {name} | {statistics.median(t):.2f} | {min(t):.2f} | "
-            f"{statistics.median(cpu[name]):.2f} | {statistics.median(t) / base:.2f} | "
-            f"`{outputs[name]}` |"
-            for name, t in times.items()
-        ),
+        "for an installed package); CPU (user + system) and wall milliseconds of each process, "
+        "medians",
     ]
+    for title in inputs:
+        base = statistics.median(cpu[title, base_name])
+        lines += [
+            "",
+            f"### {title[0].upper()}{title[1:]}",
+            "",
+            f"| command | CPU ms | x {short} (CPU) | wall ms | first output line |",
+            "|---|---|---|---|---|",
+            *(
+                f"| {name} | {1000 * statistics.median(cpu[t, name]):.1f} | "
+                f"{statistics.median(cpu[t, name]) / base:.2f} | "
+                f"{1000 * statistics.median(wall[t, name]):.1f} | `{outputs[t, name]}` |"
+                for t, name, _ in runs
+                if t == title
+            ),
+        ]
     benchlib.write(args.out, lines)
 
 

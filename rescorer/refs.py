@@ -19,7 +19,6 @@ utterance ``1272-128104-0000``); :func:`read_trn` can strip that speaker prefix.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,7 +29,7 @@ from typing import TextIO
 from rescorer.core.errors import InputError, describe_id_mismatch, shorten
 from rescorer.core.io import read_lines
 from rescorer.core.output import atomic_write
-from rescorer.formats import nemo, sclite
+from rescorer.formats import nemo, sniff
 from rescorer.formats._common import check_field, first_content_line, read_keyed
 
 logger = logging.getLogger(__name__)
@@ -152,6 +151,8 @@ def _other_format(
                 f"looks like a NeMo manifest (JSON lines with {nemo.PATH_KEY!r} and "
                 f"{nemo.TEXT_KEY!r}/{nemo.PRED_KEY!r}), not {name}: give {option} nemo"
             )
+        import json  # here: most references are not JSON (start-up of `rescorer wer`)
+
         try:
             json.loads(stripped)
         except (ValueError, RecursionError):
@@ -161,9 +162,9 @@ def _other_format(
             f"manifest needs {nemo.PATH_KEY!r} and {nemo.TEXT_KEY!r} or {nemo.PRED_KEY!r}"
         )
     data = [(n, line) for n, line in lines if not line.lstrip().startswith(";")]
-    comment = stripped.startswith(sclite.STM_COMMENT)
-    stm = bool(data) and all(sclite.looks_like_stm(line) for _, line in data)
-    ctm = bool(data) and all(sclite.looks_like_ctm(line) for _, line in data)
+    comment = stripped.startswith(sniff.STM_COMMENT)
+    stm = bool(data) and all(sniff.looks_like_stm(line) for _, line in data)
+    ctm = bool(data) and all(sniff.looks_like_ctm(line) for _, line in data)
     if not (stm or ctm or comment):
         return None
     where = data[0][0] if stm or ctm else first_no

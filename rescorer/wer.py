@@ -44,7 +44,7 @@ import math
 import sys
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rescorer.core.errors import InputError, check_same_ids
 
@@ -161,8 +161,7 @@ def sum_counts(counts: Iterable[ErrorCounts]) -> ErrorCounts:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Costs:
+class _Costs(NamedTuple):
     """Integer costs encoding (errors, secondary count) lexicographically.
 
     ``scale`` exceeds every possible secondary count, so ``cost // scale`` is the number of
@@ -223,8 +222,7 @@ class _Vocab(dict):
         return list(map(self.__getitem__, seq))
 
 
-@dataclass(frozen=True)
-class _Packed:
+class _Packed(NamedTuple):
     """Many integer sequences stored back to back: ``flat[starts[k] : starts[k] + lens[k]]``."""
 
     flat: np.ndarray
@@ -617,8 +615,7 @@ class UttResult:
     counts: ErrorCounts
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):
     name: str
     sentences: int
     sentence_errors: int

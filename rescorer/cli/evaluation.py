@@ -28,7 +28,6 @@ from rescorer.cli.options import (
 )
 from rescorer.core.errors import InputError, check_same_ids
 from rescorer.core.output import atomic_write
-from rescorer.formats.sclite import SegmentedText, read_ctm, read_stm, segment_ctm
 from rescorer.normalize import NoiseWords, Normalizer
 from rescorer.refs import (
     HYP_FORMATS,
@@ -38,7 +37,8 @@ from rescorer.refs import (
 )
 from rescorer.wer import score_corpus
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # sclite's stm/ctm reader is imported where used (start-up of `wer`)
+    from rescorer.formats.sclite import SegmentedText
     from rescorer.formats.source import NBestSource
     from rescorer.wer import WerReport
 
@@ -89,6 +89,8 @@ def read_stm_ctm_inputs(
                 "times to place its words in the stm's segments",
                 path,
             )
+    from rescorer.formats.sclite import read_ctm, read_stm, segment_ctm
+
     segments = read_stm(ref_path)
     cut = [segment_ctm(segments, read_ctm(path), ref_path, path) for path, _ in texts]
     return cut[0], (cut[1] if len(cut) > 1 else None)

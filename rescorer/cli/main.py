@@ -70,7 +70,8 @@ class LazyGroup(click.Group):
         if command is not None or cmd_name not in COMMANDS:
             return command
         module, _, attribute = COMMANDS[cmd_name].partition(":")
-        command = getattr(importlib.import_module(module), attribute)
+        with bulk.paused_gc():  # thousands of objects that live as long as the process
+            command = getattr(importlib.import_module(module), attribute)
         if not isinstance(command, click.Command) or command.name != cmd_name:
             raise RuntimeError(f"COMMANDS[{cmd_name!r}] names {command!r}, not that command")
         self.add_command(command)

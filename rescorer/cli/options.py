@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from rescorer.core.constants import OOV_SUFFIX, RANK_DEFINITION, RANK_FEATURE
+from rescorer.core.constants import NBEST_FORMATS, OOV_SUFFIX, RANK_DEFINITION, RANK_FEATURE
 from rescorer.core.errors import (
     FileError,
     InputError,
@@ -31,8 +31,6 @@ from rescorer.core.errors import (
 )
 from rescorer.core.io import check_input_file, read_lines
 from rescorer.core.output import check_output_dir, check_output_file
-from rescorer.formats import READERS, detect_format, read_nbest
-from rescorer.formats.srilm import ScoreDir, add_score_dirs
 from rescorer.lms import LOADERS, parse_spec
 from rescorer.lms.contract import LMSpec
 from rescorer.normalize import (
@@ -50,6 +48,7 @@ from rescorer.text import CASE_MODES
 if TYPE_CHECKING:  # what only some commands use is imported there (start-up time of `wer`)
     from rescorer.features import LMFeatureReport
     from rescorer.formats.source import NBestSource
+    from rescorer.formats.srilm import ScoreDir
     from rescorer.nbest import NBest
     from rescorer.wer import WerReport
 
@@ -82,15 +81,15 @@ def outputs_and_inputs(
     return outputs, [p for p in params if _is_input(p)]
 
 
-def _paths(value: Any) -> list[Path]:
+def _paths(param: click.Parameter, value: Any) -> list[Path]:
     """The paths a parameter's value names (several for a repeatable option)."""
     values = value if isinstance(value, (tuple, list)) else (value,)
+    if isinstance(param.type, ScoreDirType):  # ScoreDir values: their folders
+        return [v.folder for v in values]
     out = []
     for v in values:
         if isinstance(v, LMSpec):
             out.append(v.path)
-        elif isinstance(v, ScoreDir):
-            out.append(v.folder)
         elif isinstance(v, (str, Path)):
             out.append(Path(v))
     return out
@@ -109,9 +108,9 @@ def check_outputs_are_not_inputs(ctx: click.Context) -> None:
     output never overwrites an input of the same run."""
     outs, ins = outputs_and_inputs(ctx.command)
     for out_param in outs:
-        for out in _paths(ctx.params.get(out_param.name or "")):
+        for out in _paths(out_param, ctx.params.get(out_param.name or "")):
             for in_param in ins:
-                for inp in _paths(ctx.params.get(in_param.name or "")):
+                for inp in _paths(in_param, ctx.params.get(in_param.name or "")):
                     if _same_file(out, inp):
                         raise InputFailure(
                             f"{out}: {out_param.opts[0]} is also the input {in_param.opts[0]} "
@@ -226,7 +225,7 @@ class NumberList(click.ParamType):
         return items
 
 
-FORMAT_CHOICE = click.Choice(["auto", *sorted(READERS)])
+FORMAT_CHOICE = click.Choice(["auto", *sorted(NBEST_FORMATS)])
 
 
 class NormalizerType(click.ParamType):
@@ -568,6 +567,8 @@ class ScoreDirType(click.ParamType):
     name = "NAME=DIR"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from rescorer.formats.srilm import ScoreDir
+
         if isinstance(value, ScoreDir):
             return value
         try:
@@ -767,6 +768,8 @@ def nbest_format(path: Path, fmt: str) -> str:
     """``--format``, or for ``auto`` the format detected (logged: ``-v`` shows what was taken)."""
     if fmt != "auto":
         return fmt
+    from rescorer.formats import detect_format
+
     detected = detect_format(path)
     logger.info(
         "%s: read as %s N-best lists (detected; --format %s says so)", path, detected, detected
@@ -779,6 +782,9 @@ def load_nbest(
 ) -> NBest:
     """The N-best lists of ``--nbest`` (format detected for ``auto``), with the features of
     any ``--extra-scores`` folders added, then cut to their first ``max_nbest`` hypotheses."""
+    from rescorer.formats import read_nbest
+    from rescorer.formats.srilm import add_score_dirs
+
     fmt = nbest_format(path, fmt)
     nbest = read_nbest(path, fmt)
     if len(nbest) == 0:

@@ -35,3 +35,8 @@ RANK_DEFINITION = "-log(1 + position)"
 # lists are read, scored and written a chunk at a time, so a command's memory is that of a chunk
 # (a few tens of MB) whatever the size of the set; large enough for full model batches.
 CHUNK_HYPOTHESES = 20_000
+
+# The N-best formats read, the keys of rescorer.formats.READERS in their order (a test holds the
+# two equal): option choices name them without importing every reader (`rescorer wer`'s
+# start-up).
+NBEST_FORMATS = ("espnet", "srilm1", "srilm2", "srilm3", "kaldi", "json", "jsonl", "hyporadise")

@@ -19,15 +19,17 @@ Outputs are written by :mod:`rescorer.core.output`.
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import os
 import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rescorer.core.errors import InputError
+
+if TYPE_CHECKING:
+    import gzip
 
 MAX_LINE_BYTES = 256 * 2**20
 """Longest line read (bytes); a longer one is refused instead of filling the memory."""
@@ -138,7 +140,12 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         yield from _split_lines(text)
         return
     compressed = path.name.endswith(".gz")
-    opener = gzip.open if compressed else open
+    if compressed:  # gzip and hashlib are imported where used (start-up of `rescorer wer`)
+        import gzip
+
+        opener, corrupt = gzip.open, (gzip.BadGzipFile, EOFError, zlib.error)
+    else:
+        opener, corrupt = open, ()
     lineno = 0
     try:
         with opener(path, "rb") as f:
@@ -169,7 +176,7 @@ def read_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                 for piece in text.split("\r"):  # CR-only line ends: one line per piece
                     lineno += 1
                     yield lineno, piece
-    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+    except corrupt as err:
         raise InputError(f"corrupt gzip data: expected a gzip stream ({err})", path) from None
     except OSError as err:
         raise InputError(f"cannot read the file: {_reason(err)}", path) from None
@@ -275,6 +282,8 @@ def read_text(path: str | Path) -> str:
 
 def sha256_of(path: str | Path, chunk: int = 2**20) -> str:
     """The SHA-256 of a file's bytes (hex), read ``chunk`` bytes at a time."""
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(chunk):

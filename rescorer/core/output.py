@@ -26,22 +26,20 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
-import json
 import logging
 import os
 import re
-import secrets
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from rescorer.core.errors import OutputError
 from rescorer.core.io import file_kind
+
+# ctypes, json, secrets, shutil and tempfile are imported in the functions that use them: every
+# command imports this module, and `rescorer wer` writes no file (its start-up, issue 50).
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +153,8 @@ def _alive(pid: int) -> bool:
 
 
 def _remove(path: Path) -> None:
+    import shutil
+
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -242,6 +242,8 @@ def atomic_path(path: str | Path, new_mode: int = 0o666) -> Iterator[Path]:
 
     For external programs that write a file by name; :func:`atomic_write` opens it for you.
     """
+    import tempfile
+
     shown = Path(path)
     target = check_output_file(shown)
     try:
@@ -299,6 +301,8 @@ def write_report(path: str | Path, lines: list[str]) -> str:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux ``renameat2``); False where the system cannot."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
@@ -322,6 +326,8 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _carry(old: Path, new: Path, owned: Callable[[str], bool]) -> None:
     """Hard-link (or copy) the entries of ``old`` that the new set does not own into ``new``."""
+    import shutil
+
     for entry in old.iterdir():
         if owned(entry.name) or temp_pattern(old.name).match(entry.name):
             continue
@@ -335,6 +341,8 @@ def _carry(old: Path, new: Path, owned: Callable[[str], bool]) -> None:
 
 
 def _link_or_copy(src: str, dst: str) -> None:
+    import shutil
+
     try:
         os.link(src, dst)
     except OSError:
@@ -342,6 +350,8 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def _swap_in(new: Path, target: Path) -> None:
+    import secrets
+
     if not os.path.lexists(target):
         os.rename(new, target)
         return
@@ -431,6 +441,8 @@ def atomic_dir(
     if in_place:
         clean_stale(target / target.name)  # temporaries a killed in-place write left inside
     where = target if in_place else target.parent
+    import tempfile
+
     try:
         tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=TEMP_SUFFIX, dir=where))
     except OSError as err:
@@ -464,5 +476,7 @@ def write_format_json(path: str | Path, fmt: str, version: int, fields: dict[str
     """A small self-describing JSON file, ``{"format": fmt, "version": version, **fields}``,
     indented, written atomically: the model and spec files that
     :func:`rescorer.core.json_input.read_format_json` reads back."""
+    import json
+
     with atomic_write(path) as f:
         f.write(json.dumps({"format": fmt, "version": version, **fields}, indent=2) + "\n")

@@ -11,11 +11,13 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rescorer.core.errors import InputError, shorten
 from rescorer.core.io import plain_lines, read_lines
-from rescorer.nbest import NBest
+
+if TYPE_CHECKING:  # annotations only: rescorer.refs reads references through this module
+    from rescorer.nbest import NBest
 
 T = TypeVar("T")
 

@@ -12,15 +12,14 @@ is expected.
 
 from __future__ import annotations
 
-import gzip
-import json
-import zlib
 from pathlib import Path, PurePath
 from typing import Any
 
 from rescorer.core.errors import InputError, shorten
-from rescorer.core.json_input import json_object_lines, json_string
 from rescorer.formats._common import check_utt_id, is_file
+
+# json, gzip and the JSON reader are imported where used: rescorer.refs imports this module
+# to sniff every reference file (start-up of `rescorer wer`, issue 50).
 
 PATH_KEY = "audio_filepath"
 TEXT_KEY = "text"
@@ -38,6 +37,8 @@ def manifest_line(line: str) -> bool:
     stripped = line.strip().lstrip("\ufeff")
     if not stripped.startswith("{"):
         return False
+    import json
+
     try:
         return is_manifest_object(json.loads(stripped))
     except (ValueError, RecursionError):
@@ -47,6 +48,9 @@ def manifest_line(line: str) -> bool:
 def _first_line(path: Path, limit: int = 2**20) -> str | None:
     """The first non-blank line of a (``.gz``) file, cut at ``limit`` bytes; None if none or
     unreadable (the reader of the file names the trouble)."""
+    import gzip
+    import zlib
+
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -85,6 +89,8 @@ def refuse_as_nbest(path: Path) -> None:
 
 
 def _utt_id(obj: dict[str, Any], id_key: str | None, path: Path, line: int) -> str:
+    from rescorer.core.json_input import json_string
+
     if id_key is not None:
         if id_key not in obj:
             raise InputError(f"no {id_key!r} (--id-key)", path, line)
@@ -111,6 +117,8 @@ def read_manifest(
     path = Path(path)
     out: dict[str, tuple[str, ...]] = {}
     first: dict[str, int] = {}
+    from rescorer.core.json_input import json_object_lines, json_string
+
     for lineno, obj in json_object_lines(path, "a JSON object (a NeMo manifest record)"):
         utt = _utt_id(obj, id_key, path, lineno)
         if utt in out:

@@ -40,7 +40,6 @@ are refused, since they would be scored as plain words.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -48,21 +47,18 @@ from pathlib import Path
 
 from rescorer.core.errors import InputError, shorten
 from rescorer.core.io import read_lines
+from rescorer.formats.sniff import (
+    CTM_COMMENT,
+    STM_COMMENT,
+    is_number,
+)
 
 logger = logging.getLogger(__name__)
 
 IGNORE_MARKS = ("IGNORE_TIME_SEGMENT_IN_SCORING", "IGNORETIMESEGMENTINSCORING")
-STM_COMMENT = ";;"
 STM_COMMENTS = (STM_COMMENT, "**")
-CTM_COMMENT = ";"
-_NUMBER = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 _STM_FIELDS = "file channel speaker begin end [<label>] words..."
 _CTM_FIELDS = "file channel begin duration word [confidence]"
-
-
-def is_number(token: str) -> bool:
-    """A plain decimal number (``nan`` and ``inf`` are not: they are words)."""
-    return bool(_NUMBER.match(token))
 
 
 def _time(token: str, what: str, path: Path, line: int) -> Fraction:
@@ -211,22 +207,6 @@ def read_ctm(path: str | Path) -> tuple[CtmWord, ...]:
             continue
         words.append(parse_ctm_line(line, path, lineno))
     return tuple(words)
-
-
-def looks_like_stm(line: str) -> bool:
-    """At least five fields, the fourth and fifth numbers (begin <= end): an stm segment."""
-    fields = line.split()
-    if len(fields) < 5 or not (is_number(fields[3]) and is_number(fields[4])):
-        return False
-    return Fraction(fields[3]) <= Fraction(fields[4])
-
-
-def looks_like_ctm(line: str) -> bool:
-    """Five or six fields, the third and fourth numbers (the sixth a number or NA): a ctm word."""
-    fields = line.split()
-    if len(fields) not in (5, 6) or not (is_number(fields[2]) and is_number(fields[3])):
-        return False
-    return len(fields) == 5 or is_number(fields[5]) or fields[5].upper() == "NA"
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,8 @@ import pytest
 from rescorer.core.errors import InputError
 from rescorer.formats import detect_format, nemo
 from rescorer.formats.json_formats import read_json, read_jsonl
-from rescorer.formats.sclite import (
-    looks_like_ctm,
-    looks_like_stm,
-    read_ctm,
-    read_stm,
-    read_stm_ctm,
-)
+from rescorer.formats.sclite import read_ctm, read_stm, read_stm_ctm
+from rescorer.formats.sniff import looks_like_ctm, looks_like_stm
 from rescorer.refs import (
     detect_reference_format,
     read_hypothesis_text,

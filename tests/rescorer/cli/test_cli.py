@@ -936,6 +936,47 @@ def test_light_commands_import_no_heavy_package() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_wer_on_a_trn_and_a_kaldi_text_imports_no_format_it_does_not_read(
+    tmp_path: Path,
+) -> None:
+    """`rescorer wer --ref X.trn --hyp Y` (the start-up jiwer is compared with, issue 50) reads
+    two texts: it imports neither the N-best registry and readers, nor sclite's stm/ctm reader,
+    nor numpy, json or gzip; an stm/ctm pair imports the sclite reader."""
+    import ast
+    import subprocess
+    import sys
+
+    ref = write(tmp_path / "ref.trn", "the cat sat\t(a-1)\nhello\t(a-2)\n")
+    hyp = write(tmp_path / "hyp.txt", "a-1 the cat sad\na-2 hello\n")
+    stm = write(tmp_path / "ref.stm", "f 1 spk 0.0 1.0 the cat\n")
+    ctm = write(tmp_path / "hyp.ctm", "f 1 0.1 0.2 the\nf 1 0.5 0.2 cat\n")
+    heavy = (
+        "rescorer.formats.registry",
+        "rescorer.formats.espnet",
+        "rescorer.formats.sclite",
+        "rescorer.nbest",
+        "numpy",
+        "json",
+        "gzip",
+    )
+    code = (
+        "import sys\n"
+        "from rescorer.cli.main import run\n"
+        "sys.argv = ['rescorer', 'wer', '--no-summary'] + sys.argv[1:]\n"
+        "try:\n    run()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+
+    def loaded(*args: Path) -> list[str]:
+        argv = [sys.executable, "-c", code, "--ref", str(args[0]), "--hyp", str(args[1])]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        assert out.startswith("%WER "), out
+        return ast.literal_eval(out.splitlines()[-1])
+
+    assert loaded(ref, hyp) == []
+    assert "rescorer.formats.sclite" in loaded(stm, ctm)
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from rescorer.core.constants import NBEST_FORMATS
 from rescorer.core.errors import InputError
 from rescorer.formats import READERS, WRITERS, detect_format, read_nbest, write_nbest
 from rescorer.nbest import Hypothesis, NBest, NBestList
@@ -27,6 +30,24 @@ def test_registry() -> None:
     }
     assert set(WRITERS) == set(READERS) - {"srilm2"}
     assert type(READERS) is dict and type(WRITERS) is dict
+    assert tuple(READERS) == NBEST_FORMATS  # the names option choices use without the readers
+
+
+def test_the_package_imports_its_registry_on_first_use() -> None:
+    # A fresh interpreter: importing one format's module (as rescorer.refs does) leaves the
+    # registry and the other formats unimported; naming READERS imports them.
+    code = (
+        "import sys, rescorer.formats._common as c, rescorer.formats as f\n"
+        "assert 'rescorer.formats.registry' not in sys.modules\n"
+        "assert 'rescorer.formats.espnet' not in sys.modules\n"
+        "assert f.READERS['espnet'].__module__ == 'rescorer.formats.espnet'\n"
+        "from rescorer.formats import read_nbest\n"
+        "assert read_nbest.__module__ == 'rescorer.formats.registry'\n"
+        "try:\n    f.NOT_THERE\nexcept AttributeError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "module 'rescorer.formats' has no attribute 'NOT_THERE'"
 
 
 @pytest.mark.parametrize(
