@@ -9,7 +9,8 @@
 # suggestions (keyboard-eval): each context model with its context given and, as the control,
 # withheld (no --context: the model's expected context, the mean over training values), the
 # 4-gram alone, and the best context model linearly interpolated with the 4-gram (EM weights on
-# the dev documents, with their context). Paired tests by sentence (keyboard-compare), the KS
+# the dev documents, with their context); the best context model exported to ONNX per context
+# value (folded in) against torch. Paired tests by sentence (keyboard-compare), the KS
 # gain by context value, and exp/RESULTS.md; --publish merges that into RESULTS.md here.
 # Each step skips work whose output exists (training resumes from its last epoch); delete
 # exp/ (or exp/<corpus>/) to start over.
@@ -118,6 +119,15 @@ c["train"]["device"] = sys.argv[3]; json.dump(c, open(sys.argv[4], "w"), indent=
         --vocab "$D/vocab.txt" --device "$DEVICE" --text "$D/test.tsv" "${limit_args[@]}" \
         -k 1,3,5 --accuracy 1,3 --per-sentence "$out.jsonl" --report "$out.json" | tee "$out.log"
     done
+    # The best context model exported per context value with the context folded in
+    # (`export --kind step --context FIELD=VALUE`) types as the torch model given the context: per
+    # value, keyboard-eval with onnx: and with torch:, the per-sentence records compared, the
+    # latencies beside. Not for a `previous` corpus: its context differs sentence by sentence.
+    if [[ "$corpus" != *_prev ]] && [ ! -s "$E/onnx/summary.json" ]; then
+      log "stage 5: $corpus, the $best model exported per context value (ONNX) against torch"
+      timed "${corpus}_onnx" "$PY" "$HERE/local/onnx_check.py" --exp "$E" --mode "$best" \
+        --device "$DEVICE" --rescorer "$RESCORER" 2> "$E/onnx.log"
+    fi
   fi
 
   if run_stage 6; then

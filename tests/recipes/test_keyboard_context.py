@@ -132,4 +132,11 @@ def test_tiny_recipe_end_to_end(data_dir, tmp_path):
     page = (exp / "RESULTS.md").read_text()
     assert "## AG News, news topic as context" in page and "| system | KS k=1" in page
     assert "Acceptance checks" in page
+    # the best context model exported per topic types as torch (its keystrokes, every sentence)
+    onnx = json.loads((exp / "agnews" / "onnx" / "summary.json").read_text())
+    assert {v["value"] for v in onnx["values"]} <= {"World", "Sports", "Business", "Sci/Tech"}
+    assert sum(v["sentences"] for v in onnx["values"]) == 10
+    assert all(v["identical"] == v["sentences"] for v in onnx["values"])
+    assert "types as torch on every test sentence: 10 of 10: **met**" in page
+    assert not (exp / "agnews_prev" / "onnx").exists()  # a previous-sentence context: not folded
     assert tracked_digests() == before  # without --publish the recipe folder is untouched

@@ -209,7 +209,58 @@ def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
                     f"**{'met' if ok else 'missed'}**"
                 )
         lines += checks + [""]
+    lines += onnx_section(exp)
     return lines, (cmp, top)
+
+
+def onnx_section(exp: Path) -> list[str]:
+    """The best context model exported per context value against torch (onnx_check.py)."""
+    path = exp / "onnx" / "summary.json"
+    if not path.exists():
+        return []
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    rows = summary["values"]
+    if not rows:
+        return []
+    label, field = LABELS[summary["mode"]], rows[0]["field"]
+
+    def mean(key: str, weight: str = "keystrokes") -> float:
+        return sum(r[key] * r[weight] for r in rows) / sum(r[weight] for r in rows)
+
+    total = {
+        "value": "all",
+        "sentences": sum(r["sentences"] for r in rows),
+        "identical": sum(r["identical"] for r in rows),
+        "same_reciprocal_rank": sum(r["same_reciprocal_rank"] for r in rows),
+        "max_reciprocal_rank_difference": max(r["max_reciprocal_rank_difference"] for r in rows),
+        **{k: mean(k) for k in ("onnx_ms", "torch_ms")},
+        # word-start means weighted by keystrokes: close to, not exactly, the pooled mean
+        **{k: mean(k) for k in ("onnx_word_start_ms", "torch_word_start_ms")},
+    }
+    table = [
+        f"| {r['value']} | {r['sentences']} | {r['identical']} | {r['same_reciprocal_rank']} "
+        f"(max difference {r['max_reciprocal_rank_difference']:.1e}) | {r['onnx_ms']:.2f} / "
+        f"{r['torch_ms']:.2f} | {r['onnx_word_start_ms']:.2f} / {r['torch_word_start_ms']:.2f} |"
+        for r in [*rows, total]
+    ]
+    ok = total["identical"] == total["sentences"]
+    return [
+        f"{label} exported once per {field} with the context folded into the weights (`rescorer "
+        f"export --kind step --context {field}=VALUE`) and typed with `--lm onnx:`, against the "
+        f"torch model given the {field} (`local/onnx_check.py`; the same sentences, CPU "
+        "milliseconds per keystroke, mean):",
+        "",
+        f"| {field} | sentences | identical keystrokes and hits | same reciprocal rank | "
+        "ms per keystroke, ONNX / torch | at word starts, ONNX / torch |",
+        "|---|---|---|---|---|---|",
+        *table,
+        "",
+        f"- ONNX step with the {field} folded in types as torch on every test sentence: "
+        f"{total['identical']} of {total['sentences']}: **{'met' if ok else 'missed'}** "
+        "(a reciprocal rank that differs: the typed word's rank far down the list, where "
+        "near-tied words may swap between float32 runtimes)",
+        "",
+    ]
 
 
 def plot(gains: dict[str, tuple[dict, str]], out: Path) -> bool:
