@@ -28,6 +28,7 @@ sessions' intra-op threads); the systems take turns in each round and the tables
 
     .venv/bin/python bench/bench_onnx.py [--checkpoint DIR] [--utterances 150] [--repeat 3]
         [--threads 1] [--trained-exp recipes/agnews_topic/exp/factor_seed0] [--smoke]
+        [--trained-data DIR]
         [--nbest-utterances 200] [--nbest-only]
 """
 
@@ -168,15 +169,21 @@ def torch_padded_scores(
     return out
 
 
-def held_out(exp: Path, data_dir: Path) -> tuple[ContextLSTM, list[str], list, list]:
-    """A trained recipe run: its best checkpoint, and its test split's sentences and contexts."""
+def held_out(exp: Path, data_dir: Path) -> tuple[ContextLSTM, list[str], list, list, str]:
+    """A trained recipe run: its best checkpoint, its held-out split's sentences and contexts,
+    and that split's name (``test``; ``dev`` for a run trained without a test split, as the
+    keyboard recipes keep their test sentences apart)."""
     from rescorer.lm_models.lstm.train import CORPUS_READERS, TrainConfig, context_record
 
     model, tokens, _ = load_checkpoint(exp / "best")
     assert isinstance(model, ContextLSTM)
     dc = TrainConfig.load(exp / "config.json").data
-    test = set(json.loads((exp / "split.json").read_text())["test"])
-    path = Path(dc.path) if Path(dc.path).is_absolute() else data_dir / dc.path
+    split = json.loads((exp / "split.json").read_text())
+    part = "test" if split["test"] else "dev"
+    test = set(split[part])
+    # the held-out documents are in the training file, or in the run's own dev file (`dev`)
+    name = dc.dev if part == "dev" and getattr(dc, "dev", None) else dc.path
+    path = Path(name) if Path(name).is_absolute() else data_dir / name
     sentences, records = [], []
     for doc in CORPUS_READERS[dc.corpus](path, dc):
         if doc.doc_id in test:
@@ -184,7 +191,7 @@ def held_out(exp: Path, data_dir: Path) -> tuple[ContextLSTM, list[str], list, l
             for sentence in doc.sentences:
                 sentences.append(sentence[: dc.max_len] if dc.max_len else sentence)
                 records.append(record)
-    return model, tokens, sentences, records
+    return model, tokens, sentences, records, part
 
 
 def interleaved_cpu(
@@ -330,6 +337,14 @@ def main() -> None:
         default=None,
         help="a recipe run (best/, config.json, split.json): int8 perplexity on its test split",
     )
+    ap.add_argument(
+        "--trained-data",
+        type=Path,
+        default=None,
+        help="the folder the --trained-exp run's config data path is relative to (default: the "
+        "data folder; a recipe that writes its own corpus, e.g. recipes/keyboard_context/exp/"
+        "agnews/data)",
+    )
     ap.add_argument("--out", type=Path, default=benchlib.RESULTS / "onnx.md")
     ap.add_argument(
         "--nbest-utterances",
@@ -427,7 +442,9 @@ def main() -> None:
         change = perplexity_change(scorer.path, scorer8, ref_sentences, ref_records)
         trained = None
         if args.trained_exp is not None:
-            tmodel, ttokens, texts, trecords = held_out(args.trained_exp, args.data_dir)
+            tmodel, ttokens, texts, trecords, tpart = held_out(
+                args.trained_exp, args.trained_data or args.data_dir
+            )
             tres = export_model(tmodel, ttokens, root / "trained.onnx", ExportOptions("multi"))
             trained = perplexity_change(tres.path, quantize_int8(tres.path), texts, trecords)
 
@@ -496,7 +513,7 @@ def main() -> None:
     ]
     if trained is not None:
         lines.append(
-            f"- Trained `{args.trained_exp}/best` (multi-context export) on its own test split, "
+            f"- Trained `{args.trained_exp}/best` (multi-context export) on its own {tpart} split, "
             f"each sentence with its document's context: {trained.describe()}."
         )
     if args.checkpoint is None:

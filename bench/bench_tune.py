@@ -7,11 +7,15 @@ ctc, lm, 4gram, 4gram_oov, length), measured in one run:
      ``rescorer tune`` runs) against the per-list Python walk it replaced (``_upper_envelope``
      over each list), timed interleaved (A B A B ...), median and min, with equal results checked;
   2. a whole ``rescorer tune --method mert`` (10 restarts) and ``--method risk``: seconds and
-     dev_clean errors.
+     dev_clean errors;
+  3. the same as whole ``rescorer tune`` processes, interleaved, CPU and wall seconds: mert and
+     risk as a user runs them (no ``--threads``, no thread variables: the CLI's default, 1
+     thread for risk), risk with ``--threads 1`` and with ``--threads 2``.
 
 The scored lists are the recipe's (``run.sh`` up to its scoring stage); a ``--smoke`` run scores
 dev_clean's lists (from ``$RESCORER_DATA``) with a tiny 3-gram itself when they are missing.
-Threads pinned to ``--threads`` (default 1; ``--method risk`` runs on torch).
+Threads pinned to ``--threads`` (default 1; ``--method risk`` runs on torch) in 1 and 2; 3
+names its own.
 
     .venv/bin/python bench/bench_tune.py [--scored EXP/scored/dev_clean.jsonl] [--smoke]
 """
@@ -19,6 +23,8 @@ Threads pinned to ``--threads`` (default 1; ``--method risk`` runs on torch).
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,10 +73,11 @@ def main() -> None:
     ap.add_argument("--scored", type=Path, default=EXP / "scored" / "dev_clean.jsonl")
     ap.add_argument("--refs", type=Path, default=None)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--process-rounds", type=int, default=3, help="rounds of whole processes")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "tune.md")
     benchlib.add_common(ap)
     args = ap.parse_args()
-    benchlib.smoke(args, rounds=2)
+    benchlib.smoke(args, rounds=2, process_rounds=1)
     threads = benchlib.pin_threads(args.threads)
     refs_path = args.refs or (benchlib.nbest_dir("dev_clean") / "references" / "ref_wer.trn")
     scratch = tempfile.TemporaryDirectory()
@@ -116,6 +123,7 @@ def main() -> None:
         options = TuneOptions(method=method, **({"restarts": 1} if args.smoke else {}))
         result = tune(nbest, refs, [*FEATURES], options)
         runs[method] = (time.perf_counter() - t0, result.errors, len(result.start_errors))
+    procs = process_runs(args, refs_path, threads)
     med_fast, med_slow = statistics.median(fast_s), statistics.median(slow_s)
     lines = [
         *benchlib.header(
@@ -141,8 +149,64 @@ def main() -> None:
         "|---|---|---|---|",
         *(f"| --method {m} | {n} | {s:.1f} | {e} |" for m, (s, e, n) in runs.items()),
         "",
+        f"Whole processes, {args.process_rounds} rounds interleaved, medians (the default rows: "
+        "no `--threads` and no thread variables in the environment, as a user runs it):",
+        "",
+        "| process | CPU s | wall s | dev_clean errors |",
+        "|---|---|---|---|",
+        *(
+            f"| `rescorer tune {name}` | {statistics.median(c):.2f} | "
+            f"{statistics.median(w):.2f} | {e} |"
+            for name, (c, w, e) in procs.items()
+        ),
+        "",
     ]
     benchlib.write(args.out, lines)
+
+
+PROCESSES = {  # name -> options before the command (--threads is the group's)
+    "--method mert": [],
+    "--method risk": [],
+    "--method risk --threads 1": ["--threads", "1"],
+    "--method risk --threads 2": ["--threads", "2"],
+}
+
+
+def process_runs(
+    args: argparse.Namespace, refs_path: Path, threads: int
+) -> dict[str, tuple[list[float], list[float], int]]:
+    """CPU seconds, wall seconds and dev_clean errors of whole ``rescorer tune`` processes."""
+    env = benchlib.child_env(threads)
+    for var in benchlib.THREAD_VARS:  # as a user runs it: the CLI's own thread choice
+        env.pop(var, None)
+    out: dict[str, tuple[list[float], list[float], int]] = {n: ([], [], -1) for n in PROCESSES}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.process_rounds):
+            for name, extra in PROCESSES.items():
+                weights = Path(tmp) / "weights.json"
+                cmd = [
+                    str(benchlib.RESCORER), "-q", *extra, "tune", "--nbest", str(args.scored),
+                    "--ref", str(refs_path), "--features", ",".join(FEATURES),
+                    "--method", name.split()[1], "--out", str(weights),
+                    *(["--restarts", "1"] if args.smoke else []),
+                ]  # fmt: skip
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t0 = time.perf_counter()
+                subprocess.run(cmd, check=True, env=env, capture_output=True)
+                wall = time.perf_counter() - t0
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+                errors = json.loads(weights.read_text(encoding="utf-8")).get("meta", {})
+                c, w, _ = out[name]
+                c.append(cpu)
+                w.append(wall)
+                out[name] = (c, w, errors_of(errors))
+    return out
+
+
+def errors_of(meta: dict) -> int:
+    """The tuning-set errors a weights file's meta records (``dev_errors``)."""
+    return int(meta["dev_errors"])
 
 
 if __name__ == "__main__":
