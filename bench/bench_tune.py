@@ -92,7 +92,6 @@ def main() -> None:
             check=True, env=benchlib.child_env(threads),
         )  # fmt: skip
     nbest = read_nbest(args.scored, "jsonl")
-    scratch.cleanup()
     refs = read_references(refs_path)
     errs_by_utt = hypothesis_errors(nbest, refs)
     utts = [u for u in nbest if len(nbest[u])]
@@ -123,7 +122,8 @@ def main() -> None:
         options = TuneOptions(method=method, **({"restarts": 1} if args.smoke else {}))
         result = tune(nbest, refs, [*FEATURES], options)
         runs[method] = (time.perf_counter() - t0, result.errors, len(result.start_errors))
-    procs = process_runs(args, refs_path, threads)
+    procs = process_runs(args, refs_path, threads)  # reads args.scored: a smoke run's is in scratch
+    scratch.cleanup()
     med_fast, med_slow = statistics.median(fast_s), statistics.median(slow_s)
     lines = [
         *benchlib.header(
