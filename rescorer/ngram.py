@@ -209,6 +209,23 @@ def _signals_stop() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+# How long the wait for a KenLM program stays in one system call. A ^C or SIGTERM that the kernel
+# hands to another thread (numpy's OpenBLAS threads, a progress bar's) runs Python's handler
+# there, and that does not wake the main thread blocked reading the program's output: coming
+# back to the interpreter this often lets the handler's exception be raised where it is caught.
+_WAIT_SLICE_SECONDS = 0.25
+
+
+def _communicate(child: subprocess.Popen) -> tuple[str, str]:
+    """``child.communicate()`` in slices (see :data:`_WAIT_SLICE_SECONDS`); no output is lost
+    between them (``communicate`` resumes after a ``TimeoutExpired``)."""
+    while True:
+        try:
+            return child.communicate(timeout=_WAIT_SLICE_SECONDS)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Path] = ()) -> None:
     """Run a KenLM program; it ends with this process (killed, stopped by a signal or ^C)."""
     logger.info("running: %s", " ".join(map(str, cmd)))
@@ -239,7 +256,7 @@ def _run(cmd: Sequence[str], stdin_path: Path | None = None, texts: Sequence[Pat
                 raise
             try:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal lands here
-                stdout, stderr = child.communicate()
+                stdout, stderr = _communicate(child)
             except BaseException:  # ^C, SIGTERM, SIGHUP: the tool goes too
                 child.kill()
                 child.wait()

@@ -896,3 +896,28 @@ def test_train_on_a_full_disk(
         assert {k: v for k, v in snapshot(run).items() if k.startswith("last")} == {
             k: v for k, v in before.items() if k.startswith("last")
         }
+
+
+def test_ctrl_c_handled_on_another_thread_still_stops_a_kenlm_tool(tmp_path: Path) -> None:
+    """A ^C that the kernel hands to another thread (numpy's OpenBLAS threads, a progress bar's)
+    runs Python's handler there, which does not wake the main thread blocked reading the tool's
+    output: the wait must come back to the interpreter often enough to raise it. Seen once as a
+    30-second hang of `test_ngram_build_stopped_by_a_signal_stops_lmplz[SIGINT]` on a loaded
+    machine."""
+    _silent_lmplz(tmp_path / "bin")
+    code = (
+        "import signal, sys, threading, time\n"
+        "from rescorer import ngram\n"
+        "def interrupt():\n"
+        "    time.sleep(1.0)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # this thread's\n"
+        "threading.Thread(target=interrupt, daemon=True).start()\n"
+        "try:\n"
+        f"    ngram._run([{str(tmp_path / 'bin' / 'lmplz')!r}])\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=20, env=ENV
+    )
+    assert proc.stdout.strip() == "interrupted", proc.stderr
