@@ -737,9 +737,21 @@ def _silent_lmplz(folder: Path) -> dict[str, str]:
     return {**ENV, "RESCORER_KENLM_BIN": str(folder)}
 
 
+def _default_sigint() -> None:
+    """In a child: ^C as in a terminal. A suite started in the background (`nohup ... &`, some
+    CI runners) ignores SIGINT, children inherit that, and Python then keeps it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_until_lmplz(cmd: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, list[int]]:
     """Start ``cmd``; return once its lmplz child runs: (the process, lmplz's pids)."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_default_sigint,
+    )
     t0 = time.monotonic()
     while not (kids := _children(proc.pid, "lmplz")):
         assert proc.poll() is None, "ngram build ended before lmplz started"
@@ -918,6 +930,11 @@ def test_ctrl_c_handled_on_another_thread_still_stops_a_kenlm_tool(tmp_path: Pat
         "    print('interrupted')\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=20, env=ENV
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        env=ENV,
+        preexec_fn=_default_sigint,
     )
     assert proc.stdout.strip() == "interrupted", proc.stderr
