@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +37,6 @@ DATA = benchlib.data_dir()
 DEV_OTHER = benchlib.nbest_dir("dev_other")
 NOVELS = ("Anon_Clara_1864.txt", "Barclay_Ladies_1917.txt", "Bennet_Babylon_1902.txt")
 RESCORER = Path(sys.executable).parent / "rescorer"
-TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command it runs
-MARK = "peak-rss-kb="
 
 
 def build_set(hypotheses: int, out: Path) -> tuple[int, int]:
@@ -70,27 +66,10 @@ def build_set(hypotheses: int, out: Path) -> tuple[int, int]:
 
 
 def run_measured(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(seconds, peak RSS in MB, stdout) of ``rescorer ARGS`` in its own process.
-
-    The peak is GNU time's (``wait4`` of a process it forked): a child forked straight from
-    this process would count this process's pages, shared at the fork, in its own peak.
-    """
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        code = subprocess.call(
-            [TIME, "-f", f"{MARK}%M", str(RESCORER), "-q", *args],
-            stdout=out,
-            stderr=err,
-            env=env,
-        )
-        seconds = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        errors = err.read()
-        if code != 0:
-            raise SystemExit(f"rescorer {shlex.join(args)} failed ({code}):\n{errors}")
-        kb = next(line for line in errors.splitlines() if line.startswith(MARK))
-        return seconds, int(kb[len(MARK) :]) / 1024, out.read()
+    """(seconds, peak RSS in MB, stdout) of ``rescorer ARGS`` in its own process (GNU time's
+    peak: :func:`benchlib.run_timed`)."""
+    seconds, _, peak, stdout = benchlib.run_timed(args, env)
+    return seconds, peak, stdout
 
 
 def main() -> None:

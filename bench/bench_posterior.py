@@ -26,7 +26,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,31 +41,14 @@ from long_nbest import write_long_lists  # noqa: E402
 from rescorer.combine import Weights, total_scores  # noqa: E402
 
 RESCORER = Path(sys.executable).parent / "rescorer"
-TIME = "/usr/bin/time"
 SCALE = 0.343882
 PINNED = dict.fromkeys(benchlib.THREAD_VARS, "1")  # --threads sets them
 
 
 def measured(args: list[str]) -> tuple[float, float, float, str]:
     """(CPU seconds, wall seconds, peak RSS MB, stdout) of ``rescorer -q ARGS``."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        code = subprocess.call(
-            [TIME, "-f", "bench=%U %S %M", str(RESCORER), "-q", *args],
-            stdout=out,
-            stderr=err,
-            env={**os.environ, **PINNED},
-        )
-        wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        text = err.read()
-        if code != 0:
-            raise SystemExit(f"rescorer {' '.join(args)} failed ({code}):\n{text[-3000:]}")
-        user, sys_, kb = (
-            next(x for x in text.splitlines() if x.startswith("bench=")).split("=")[1].split()
-        )
-        return float(user) + float(sys_), wall, int(kb) / 1024, out.read()
+    wall, cpu, peak, stdout = benchlib.run_timed(args, {**os.environ, **PINNED})
+    return cpu, wall, peak, stdout
 
 
 def chosen(out_dir: Path) -> dict[str, str]:

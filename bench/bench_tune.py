@@ -196,17 +196,12 @@ def process_runs(
                 wall = time.perf_counter() - t0
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-                errors = json.loads(weights.read_text(encoding="utf-8")).get("meta", {})
+                meta = json.loads(weights.read_text(encoding="utf-8"))["meta"]
                 c, w, _ = out[name]
                 c.append(cpu)
                 w.append(wall)
-                out[name] = (c, w, errors_of(errors))
+                out[name] = (c, w, int(meta["dev_errors"]))
     return out
-
-
-def errors_of(meta: dict) -> int:
-    """The tuning-set errors a weights file's meta records (``dev_errors``)."""
-    return int(meta["dev_errors"])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 LOAD_AT_START = os.getloadavg()[0]
@@ -81,6 +83,36 @@ def pin_threads(threads: int) -> int:
     )
     runtime.apply_to_torch()  # torch.set_num_threads(threads)
     return threads
+
+
+GNU_TIME = "/usr/bin/time"
+_TIME_MARK = "bench-time="
+
+
+def run_timed(args: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS in MB, stdout) of ``rescorer -q ARGS`` in its own
+    process; SystemExit with its stderr when it fails.
+
+    CPU and peak are GNU time's (``wait4`` of a process it forked): a child forked straight from
+    this process would count this process's pages, shared at the fork, in its own peak.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        code = subprocess.call(
+            [GNU_TIME, "-f", f"{_TIME_MARK}%U %S %M", str(RESCORER), "-q", *args],
+            stdout=out,
+            stderr=err,
+            env=env,
+        )
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        errors = err.read()
+        if code != 0:
+            raise SystemExit(f"rescorer {shlex.join(args)} failed ({code}):\n{errors[-3000:]}")
+        line = next(x for x in errors.splitlines() if x.startswith(_TIME_MARK))
+        user, system, kb = line[len(_TIME_MARK) :].split()
+        return wall, float(user) + float(system), int(kb) / 1024, out.read()
 
 
 def child_env(threads: int, **extra: str) -> dict[str, str]:
