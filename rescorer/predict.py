@@ -25,6 +25,9 @@ LanguageModel in one:
   ``to_units``, ``context_key``, ``device``).
 * a model that has ``vocabulary()`` and ``next_logprobs(state)`` itself (the optional extension
   of the LanguageModel contract) is used as it is (:class:`NativeNextWord`);
+* a model over a base model (``cache:``) has ``next_word_model(words, adapt)``: it wraps the
+  base's adapter (``adapt(base, words)``), so a cache over an LSTM still costs one LSTM step per
+  word (:class:`rescorer.lms.cache.CacheNextWord`);
 * any other LanguageModel (e.g. an ONNX step model) is scored through ``advance`` with the state
   repeated over the vocabulary (:class:`ScoringNextWord`): correct, one batched call per word.
 
@@ -433,6 +436,9 @@ def next_word_model(lm: Any, words: Sequence[str]) -> NextWordModel:
     """Wrap a loaded model so it predicts over ``words`` (see the module docstring)."""
     if isinstance(lm, KenLM):
         return KenLMNextWord(lm, words)
+    over_base = getattr(lm, "next_word_model", None)
+    if callable(over_base):  # a model over a base model (a cache): the base's adapter, wrapped
+        return over_base(words, next_word_model)
     torch_lm = sys.modules.get("rescorer.lms.torch")
     if torch_lm is not None and isinstance(lm, torch_lm.TorchLM) and lm.units == "word":
         return TorchNextWord(lm, words)

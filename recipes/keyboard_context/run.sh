@@ -8,8 +8,9 @@
 # the training documents, then types the test sentences letter by letter with 1, 3 and 5
 # suggestions (keyboard-eval): each context model with its context given and, as the control,
 # withheld (no --context: the model's expected context, the mean over training values), the
-# 4-gram alone, and the best context model linearly interpolated with the 4-gram (EM weights on
-# the dev documents, with their context); the best context model exported to ONNX per context
+# 4-gram alone, for a `previous` corpus each LSTM with a unigram cache of the previous sentences
+# (cache:, lambda tuned on dev), and the best context system linearly interpolated with the
+# 4-gram (EM weights on the dev documents, with their context); the best context model exported to ONNX per context
 # value (folded in) against torch. Paired tests by sentence (keyboard-compare), the KS
 # gain by context value, and exp/RESULTS.md; --publish merges that into RESULTS.md here.
 # Each step skips work whose output exists (training resumes from its last epoch); delete
@@ -87,11 +88,14 @@ c["train"]["device"] = sys.argv[3]; json.dump(c, open(sys.argv[4], "w"), indent=
     done
   fi
 
-  # the interpolated system: the best context model by dev perplexity, with the 4-gram
+  # the interpolated system: the best context model by dev perplexity (with its cache of the
+  # previous sentences for a `previous` corpus), with the 4-gram
   if run_stage 4 && [ ! -s "$E/mix/weights.txt" ]; then
     log "stage 4: $corpus interpolation weights (4-gram + best context LSTM, EM on dev)"
+    cache_args=()
+    [[ "$corpus" == *_prev ]] && cache_args=(--cache "$E/cache")
     timed "${corpus}_mix" "$PY" "$HERE/local/mix_weights.py" --exp "$E" \
-      --modes "$(modes_of "$corpus")" --device "$DEVICE" --out "$E/mix"
+      --modes "$(modes_of "$corpus")" --device "$DEVICE" --out "$E/mix" "${cache_args[@]}"
   fi
 
   if run_stage 5; then
@@ -105,8 +109,11 @@ c["train"]["device"] = sys.argv[3]; json.dump(c, open(sys.argv[4], "w"), indent=
     for mode in $(modes_of "$corpus"); do
       systems+=("$mode|--lm $mode=torch:$E/$mode/best|ctx")
       [ "$mode" != unadapted ] && systems+=("${mode}_nocontext|--lm $mode=torch:$E/$mode/best")
+      [ -s "$E/cache/$mode.json" ] && systems+=("${mode}_cache|--lm ${mode}_cache=cache:$E/cache/$mode.json|ctx")
     done
-    systems+=("4gram_${best}|--lm 4gram=kenlm:$E/4gram.bin --lm $best=torch:$E/$best/best --weights $(cat "$E/mix/weights.txt" 2>/dev/null)|ctx")
+    spec=torch:$E/$best/best
+    [[ "$best" == *_cache ]] && spec=cache:$E/cache/${best%_cache}.json
+    systems+=("4gram_${best}|--lm 4gram=kenlm:$E/4gram.bin --lm $best=$spec --weights $(cat "$E/mix/weights.txt" 2>/dev/null)|ctx")
     for sys in "${systems[@]}"; do
       IFS='|' read -r name models withctx <<< "$sys"
       out=$E/eval/$name

@@ -39,7 +39,7 @@ import functools
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,11 +214,75 @@ class CacheLM(TokenSumLM):
         cached = np.array([len(c) > 0 for c in caches])
         return self._mix(base_lp, q, cached), [(n, c) for n, c in zip(nxt, caches, strict=True)]
 
+    def next_word_model(self, words: Sequence[str], adapt: Callable[..., Any]) -> CacheNextWord:
+        """The next-word distribution over ``words`` for prediction (:mod:`rescorer.predict`):
+        the base model's own adapter (``adapt(base, words)``) mixed with each context's cache."""
+        return CacheNextWord(self, adapt(self.base, words))
+
     def __repr__(self) -> str:
         return (
             f"CacheLM({self.base.name!r}, lambda={self.lam:g}, field={self.field!r}, "
             f"min_chars={self.min_chars})"
         )
+
+
+class CacheNextWord:
+    """A :class:`CacheLM` as a next-word model (:class:`rescorer.predict.NextWordModel`).
+
+    ``inner`` is the base model's adapter over the prediction vocabulary; each word ``w`` gets
+    ``ln((1 - lambda) p_inner(w) + lambda c(w) / n)`` (the base's value where the cache is empty).
+    The inner adapter has already shared the base's ``<unk>`` among the words the base does not
+    know, so the cache adds its mass on top of that share, and the words' total stays the
+    base's (mass on ``</s>`` and on cached words outside the vocabulary stays outside it). A
+    state is the inner state and the context's cache.
+    """
+
+    def __init__(self, lm: CacheLM, inner: Any, max_caches: int = 64) -> None:
+        self.name = lm.name
+        self.lm = lm
+        self.inner = inner
+        self._log_keep = math.log1p(-lm.lam)
+        self._log_lam = math.log(lm.lam)
+        self._folded = [w.casefold() for w in inner.vocabulary()]
+        self._log_q: dict[int, tuple[Cache, np.ndarray]] = {}  # id(cache) -> ln q per word
+        self._max_caches = max_caches
+
+    def vocabulary(self) -> Sequence[str]:
+        return self.inner.vocabulary()
+
+    def start(self, context: Context | None = None) -> tuple[Any, Cache]:
+        return self.inner.start(context), self.lm.cache(context)
+
+    def step(self, state: tuple[Any, Cache], word: str) -> tuple[Any, Cache]:
+        return self.inner.step(state[0], word), state[1]
+
+    def _cache_logprobs(self, cache: Cache) -> np.ndarray:
+        hit = self._log_q.get(id(cache))
+        if hit is not None and hit[0] is cache:
+            return hit[1]
+        q = np.array([cache.probs.get(w, 0.0) for w in self._folded], dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            log_q = np.log(q) + self._log_lam
+        if len(self._log_q) >= self._max_caches:
+            self._log_q.pop(next(iter(self._log_q)))
+        self._log_q[id(cache)] = (cache, log_q)
+        return log_q
+
+    def next_logprobs(self, state: tuple[Any, Cache]) -> np.ndarray:
+        base = np.asarray(self.inner.next_logprobs(state[0]), dtype=np.float64)
+        if not len(state[1]):
+            return base
+        return np.logaddexp(base + self._log_keep, self._cache_logprobs(state[1]))
+
+    def next_logprobs_subset(self, state: tuple[Any, Cache], ids: np.ndarray) -> np.ndarray:
+        """ln p of the words ``ids`` only (the inner adapter's subset when it has one)."""
+        subset = getattr(self.inner, "next_logprobs_subset", None)
+        if subset is None:
+            return self.next_logprobs(state)[ids]
+        base = np.asarray(subset(state[0], ids), dtype=np.float64)
+        if not len(state[1]):
+            return base
+        return np.logaddexp(base + self._log_keep, self._cache_logprobs(state[1])[ids])
 
 
 def load_cache_lm(spec: LMSpec, options: Mapping[str, Any]) -> CacheLM:

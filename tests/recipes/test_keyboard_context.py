@@ -123,6 +123,16 @@ def test_tiny_recipe_end_to_end(data_dir, tmp_path):
         "unadapted",
         "factor",
         "factor_nocontext",
+        "unadapted_cache",  # the cache of the previous sentences, lambda tuned on dev
+        "factor_cache",
+        "4gram_factor_cache",  # the best context system with its cache, with the 4-gram
+    }
+    for mode in ("unadapted", "factor"):
+        cache = json.loads((exp / "agnews_prev" / "cache" / f"{mode}.json").read_text())
+        assert cache["base"] == f"{mode}=torch:../{mode}/best" and 0 < cache["lambda"] < 1
+    prev = json.loads((exp / "agnews_prev" / "compare.json").read_text())
+    assert {("unadapted", "unadapted_cache"), ("factor", "factor_cache")} <= {
+        (c["a"], c["b"]) for c in prev["comparisons"]
     }
     cmp = json.loads((exp / "agnews" / "compare.json").read_text())
     pairs = {(c["a"], c["b"]) for c in cmp["comparisons"]}
@@ -132,6 +142,9 @@ def test_tiny_recipe_end_to_end(data_dir, tmp_path):
     page = (exp / "RESULTS.md").read_text()
     assert "## AG News, news topic as context" in page and "| system | KS k=1" in page
     assert "Acceptance checks" in page
+    assert "| LSTM Unadapted + cache of the previous sentences |" in page
+    assert "with a cache of the previous sentences over the same LSTM without them" in page
+    assert "| LSTM | dev ppl | with the cache | change | lambda | min_chars |" in page
     # the best context model exported per topic types as torch (its keystrokes, every sentence)
     onnx = json.loads((exp / "agnews" / "onnx" / "summary.json").read_text())
     assert {v["value"] for v in onnx["values"]} <= {"World", "Sports", "Business", "Sci/Tech"}

@@ -507,3 +507,42 @@ def test_predictable_logprobs_keeps_the_words_every_model_knows(
     assert lp.shape == (2, 2)
     assert lp.tolist() == want
     assert predictable_logprobs(models, sentences, vocabulary={"b"}).shape == (2, 0)
+
+
+# -- a cache over a fast adapter --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("context", [None, {"genre": "sport", "previous": "Cat mat zebra the cat"}])
+def test_a_cache_predicts_over_its_base_models_own_adapter(
+    torch_ckpt: Path, context: dict | None
+) -> None:
+    """`cache:` over a torch LSTM: the LSTM's one-step adapter, mixed with the context's cache;
+    in-vocabulary words equal the cache's own scores, unknown words share the base's <unk> before
+    the cache adds its mass (so the distribution over the words sums as the base's does)."""
+    from rescorer.lms.cache import CacheLM
+
+    base = load_lm(f"torch:{torch_ckpt}", device="cpu")
+    lm = CacheLM(base, 0.25, name="c")
+    words = [*TORCH_WORDS, "zebra", "yak"]  # zebra (cached) and yak: the LSTM's <unk>
+    model = next_word_model(lm, words)
+    assert not isinstance(model, ScoringNextWord)  # one LSTM step per word, not one per candidate
+    state = model.start(context)
+    history = ["the", "cat"]
+    cache = lm.cache(context)
+    for i in range(len(history) + 1):
+        lp = model.next_logprobs(state)
+        for j, w in enumerate(TORCH_WORDS):
+            want = lm.token_logprobs([[*history[:i], w]], [context])[0][i]
+            assert lp[j] == pytest.approx(want, abs=1e-5), (w, context)
+        unk = base.token_logprobs([[*history[:i], "zebra"]], [context])[0][i]
+        for j, w in ((-2, "zebra"), (-1, "yak")):
+            want = math.log(
+                (0.75 if len(cache) else 1.0) * math.exp(unk) / 2 + 0.25 * cache.prob(w)
+            )
+            assert lp[j] == pytest.approx(want, abs=1e-5), (w, context)
+        if i < len(history):
+            state = model.step(state, history[i])
+    predictor = build_predictor([lm], words=words)
+    lp = model.next_logprobs(model.step(model.start(context), "the"))
+    want = [words[j] for j in np.argsort(-lp, kind="stable")[:3]]
+    assert [s.word for s in predictor.predict(["the"], "", 3, context)] == want

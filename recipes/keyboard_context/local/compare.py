@@ -8,8 +8,10 @@ stage 6 also runs into ``compare/``); and, per value of the label field (topic, 
 the KS of every system over the sentences of that value.
 
 Pairs (A -> B, positive differences favour B): the Unadapted LSTM -> each context model with its
-context; each context model without its context (the control) -> with it; the 4-gram and the
-best context model -> their interpolation; the 4-gram -> the Unadapted LSTM.
+context; each context model without its context (the control) -> with it; for a ``previous``
+corpus each LSTM -> the same LSTM with a cache of the previous sentences, and the Unadapted LSTM
+-> each context model with its cache; the 4-gram and the best context system -> their
+interpolation; the 4-gram -> the Unadapted LSTM. Pairs whose systems were not typed are left out.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def pairs(modes: list[str], best: str | None) -> list[tuple[str, str]]:
             out += [("unadapted", m), (f"{m}_nocontext", m)]
     if "concat" in modes and "factor" in modes:
         out.append(("concat", "factor"))
+    for m in modes:  # the caches of a `previous` corpus
+        out.append((m, f"{m}_cache"))
+        if m != "unadapted":
+            out.append(("unadapted", f"{m}_cache"))
     if best:
         out += [("4gram", f"4gram_{best}"), (best, f"4gram_{best}")]
     return out

@@ -33,15 +33,26 @@ LABELS = {
 ALPHA = 0.05
 
 
+def model_label(name: str) -> str:
+    """A mode's name, or a mode with its cache of the previous sentences (``<mode>_cache``)."""
+    if name.endswith("_cache"):
+        return f"{LABELS[name[:-6]]} + cache"
+    return LABELS[name]
+
+
 def system_label(name: str) -> str:
     if name == "4gram":
         return "KenLM 4-gram"
     if name.startswith("4gram_"):
-        return f"4-gram + {LABELS[name[6:]]} (linear, with context)"
+        return f"4-gram + {model_label(name[6:])} (linear, with context)"
     if name.endswith("_nocontext"):
         return f"LSTM {LABELS[name[:-10]]}, context withheld (control)"
     if name == "unadapted":
         return "LSTM Unadapted"
+    if name == "unadapted_cache":
+        return "LSTM Unadapted + cache of the previous sentences"
+    if name.endswith("_cache"):
+        return f"LSTM {LABELS[name[:-6]]}, with context, + cache of the previous sentences"
     return f"LSTM {LABELS[name]}, with context"
 
 
@@ -49,12 +60,14 @@ def order(names: list[str]) -> list[str]:
     ranks = [
         "4gram",
         "unadapted",
+        "unadapted_cache",
         "softmax_bias",
         "softmax_bias_nocontext",
         "concat",
         "concat_nocontext",
         "factor",
         "factor_nocontext",
+        "factor_cache",
     ]
     return sorted(names, key=lambda n: ranks.index(n) if n in ranks else len(ranks))
 
@@ -172,7 +185,8 @@ def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
         checks = [
             "Acceptance checks (issue 49), as measured here "
             f"(best context model by test KS: {LABELS[top]}; by dev perplexity: "
-            f"{LABELS.get(cmp['best_mode'] or '', '—')}, the one interpolated):",
+            f"{model_label(cmp['best_mode']) if cmp['best_mode'] else '—'}, the one "
+            "interpolated):",
             "",
             check_line(comps, "unadapted", top, goal, f"{LABELS[top]} over the Unadapted LSTM"),
             check_line(
@@ -193,6 +207,27 @@ def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
                 f"- FactorCell against ConcatCell: {100 * d:+.2f} points at k=3{p}: "
                 f"**{'met' if ok else 'missed'}** (>= or within noise)"
             )
+        if stats["field"] == "previous":
+            checks.append(
+                check_line(
+                    comps,
+                    "unadapted",
+                    "unadapted_cache",
+                    goal,
+                    "The Unadapted LSTM with a cache of the previous sentences over the same LSTM "
+                    "without them",
+                )
+            )
+            if top:
+                checks.append(
+                    check_line(
+                        comps,
+                        "unadapted",
+                        f"{top}_cache",
+                        goal,
+                        f"{LABELS[top]} with context and cache over the Unadapted LSTM",
+                    )
+                )
         best = cmp["best_mode"]
         if best and f"4gram_{best}" in reports:
             ca, cb = find(comps, "4gram", f"4gram_{best}"), find(comps, best, f"4gram_{best}")
@@ -202,15 +237,52 @@ def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
                     and max(ca["p_matched_pairs"], cb["p_matched_pairs"]) < ALPHA
                 )
                 checks.append(
-                    f"- 4-gram + {LABELS[best]} against both alone: "
+                    f"- 4-gram + {model_label(best)} against both alone: "
                     f"{100 * ca['difference']:+.2f} over the 4-gram (p = "
                     f"{pval(ca['p_matched_pairs'])}), {100 * cb['difference']:+.2f} over "
-                    f"{LABELS[best]} (p = {pval(cb['p_matched_pairs'])}): "
+                    f"{model_label(best)} (p = {pval(cb['p_matched_pairs'])}): "
                     f"**{'met' if ok else 'missed'}**"
                 )
         lines += checks + [""]
+    lines += cache_section(exp)
     lines += onnx_section(exp)
     return lines, (cmp, top)
+
+
+def cache_section(exp: Path) -> list[str]:
+    """The dev perplexities behind a `previous` corpus's caches (mix_weights.py --cache)."""
+    path = exp / "mix" / "weights.json"
+    caches = json.loads(path.read_text()).get("caches") if path.exists() else None
+    if not caches:
+        return []
+    n = json.loads(path.read_text())["sentences"]
+    rows = [
+        f"| {LABELS[mode]} | {c['ppl_without']:.1f} | {c['ppl']:.1f} | "
+        f"{100 * (c['ppl'] / c['ppl_without'] - 1):+.1f}% | {c['lambda']:g} | {c['min_chars']} |"
+        for mode, c in caches.items()
+    ]
+    plain = {mode: c["ppl_without"] for mode, c in caches.items()}
+    text_gain = ""
+    if "unadapted" in plain and len(plain) > 1:
+        other = next(m for m in plain if m != "unadapted")
+        text_gain = (
+            f" The previous sentences as the {LABELS[other]}'s context (the frozen text "
+            f"encoder) change these words' perplexity by "
+            f"{100 * (plain[other] / plain['unadapted'] - 1):+.1f}% against the Unadapted "
+            "LSTM; as a cache, by the last column."
+        )
+    return [
+        "The caches (`cache:` files in `exp/<corpus>/cache/`, `rescorer.lms.cache`: "
+        "p = (1 - lambda) p_LSTM + lambda c(w)/n over the words of the previous sentences), "
+        f"lambda and the shortest cached word chosen by the dev perplexity of the words a "
+        f"keyboard can suggest (the first {n:,} dev sentences with a previous sentence, "
+        f"`local/mix_weights.py`).{text_gain}",
+        "",
+        "| LSTM | dev ppl | with the cache | change | lambda | min_chars |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def onnx_section(exp: Path) -> list[str]:
@@ -314,7 +386,8 @@ def main() -> None:
         "suggestions, for LSTMs of one size that read a context (Jaech & Ostendorf 2018: "
         "SoftmaxBias, ConcatCell, FactorCell) against the same LSTM without one (Unadapted), "
         "the same context model with the context withheld (its expected context, the mean "
-        "over the training values), a KenLM 4-gram, and the best context model (by dev "
+        "over the training values), a KenLM 4-gram, for the previous sentences as context each "
+        "LSTM with a unigram cache of them too, and the best context model (by dev "
         "perplexity) interpolated with the 4-gram. No space is counted after a sentence's last "
         "word. Made by `recipes/keyboard_context/run.sh` (README.md there: the stages).",
         "",
@@ -346,8 +419,8 @@ def main() -> None:
         f"- Machine: {cpu_name()}",
     ]
     if times.exists():
-        steps = [ln.split("\t") for ln in times.read_text().splitlines() if "\t" in ln]
-        lines.append("- Wall time (s): " + ", ".join(f"{n} {s}" for n, s in steps))
+        steps = dict(ln.split("\t") for ln in times.read_text().splitlines() if "\t" in ln)
+        lines.append("- Wall time (s): " + ", ".join(f"{n} {s}" for n, s in steps.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
