@@ -346,8 +346,12 @@ def plot(gains: dict[str, tuple[dict, str]], out: Path) -> bool:
     panels = [(c, g) for c, g in gains.items() if g[1]]
     if not panels:
         return False
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, (corpus, (cmp, top)) in zip(axes[0], panels, strict=True):
+    cols = min(3, len(panels))
+    rows_n = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 4 * rows_n), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (corpus, (cmp, top)) in zip(axes.flat[: len(panels)], panels, strict=True):
         vals = sorted(
             v
             for v, row in cmp["ks_by_value"].items()
@@ -357,8 +361,14 @@ def plot(gains: dict[str, tuple[dict, str]], out: Path) -> bool:
         xs = range(len(vals))
         g_u = [100 * (r[top]["ks3"] - r["unadapted"]["ks3"]) for r in rows]
         g_w = [100 * (r[top]["ks3"] - r[f"{top}_nocontext"]["ks3"]) for r in rows]
-        ax.bar([x - 0.2 for x in xs], g_u, 0.4, label="over Unadapted")
-        ax.bar([x + 0.2 for x in xs], g_w, 0.4, label="over context withheld")
+        cache = all("unadapted_cache" in r for r in rows)  # a previous-sentence corpus
+        width = 0.27 if cache else 0.4
+        left = -width if cache else -width / 2  # the first bar's offset from the tick
+        ax.bar([x + left for x in xs], g_u, width, label=f"{LABELS[top]} over Unadapted")
+        ax.bar([x + left + width for x in xs], g_w, width, label="over its context withheld")
+        if cache:
+            g_c = [100 * (r["unadapted_cache"]["ks3"] - r["unadapted"]["ks3"]) for r in rows]
+            ax.bar([x + width for x in xs], g_c, width, label="Unadapted + cache over Unadapted")
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xticks(list(xs))
         ax.set_xticklabels(vals, rotation=60, ha="right", fontsize=7)
@@ -401,6 +411,7 @@ def main() -> None:
         lines += sec
         if g:
             gains[corpus] = g
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     png = args.out.parent / "ks_gain_by_value.png"
     if gains and plot(gains, png):
         lines += [
@@ -421,7 +432,6 @@ def main() -> None:
     if times.exists():
         steps = dict(ln.split("\t") for ln in times.read_text().splitlines() if "\t" in ln)
         lines.append("- Wall time (s): " + ", ".join(f"{n} {s}" for n, s in steps.items()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
 
