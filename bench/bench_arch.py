@@ -20,7 +20,7 @@ Measured in one run, one thread, as ratios:
 
 Times are CPU seconds of this process on ``--threads`` threads (default 1); the scoring runs of
 the architectures take turns in each round (medians). The text is the LibriSpeech recipe's
-``exp/lm/books.txt``; a ``--smoke`` run uses Gutenberg sentences when it is missing.
+``exp/lm/books.txt``; a ``--smoke`` run uses Gutenberg sentences instead.
 
     .venv/bin/python bench/bench_arch.py [--seconds 300] [--archs lstm,transformer:2,transformer:4]
         [--smoke]

@@ -15,7 +15,7 @@ Times are CPU seconds of this process (``time.process_time``) on ``--threads`` t
     .venv/bin/python bench/bench_output.py [--text books.txt] [--seconds 240] [--smoke]
 
 The text defaults to the LibriSpeech recipe's ``exp/lm/books.txt`` (its stage 1 makes it); a
-``--smoke`` run uses the first 3,000 sentences of the Gutenberg novels when it is missing.
+``--smoke`` run uses the first 3,000 sentences of the Gutenberg novels instead.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from rescorer.lm_models.lstm.train import LossModule
 from rescorer.lm_models.word_classes import shortlist_classes
 
 UNK, BOS, EOS = 0, 1, 2
-BOOKS = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp" / "lm" / "books.txt"
+BOOKS = benchlib.RECIPE_LM / "books.txt"
 BOOK_WORDS = 13_599_766  # words of the 96 novels (recipes/librispeech_nbest/RESULTS.md)
 
 
@@ -63,12 +63,13 @@ def load_split(
 ) -> tuple[list[list[str]], list[int], list[int]]:
     """The first ``limit`` sentences of ``text``, shuffled (seed 0) into 2,000 dev rows (a fifth
     of a smaller text) and the training rows; every runtime pinned to ``threads``. Exits with a
-    message when ``text`` is missing, but for a smoke run, which makes a stand-in."""
-    if not text.is_file():
-        if not smoke:
-            raise SystemExit(f"{text}: not found (run the LibriSpeech recipe's stage 1)")
+    message when ``text`` is missing. A smoke run given the default (the recipe's text, of the
+    full data) makes a stand-in instead."""
+    if smoke and text == BOOKS:
         with tempfile.TemporaryDirectory() as tmp:
             sentences = read_sentences(benchlib.books_text(Path(tmp), limit), limit)
+    elif not text.is_file():
+        raise SystemExit(f"{text}: not found (run the LibriSpeech recipe's stage 1)")
     else:
         sentences = read_sentences(text, limit)
     benchlib.pin_threads(threads)

@@ -44,7 +44,7 @@ from rescorer.refs import read_references
 from rescorer.tune import TuneOptions, _column_scale, _Problem, _upper_envelope, tune
 from rescorer.wer import hypothesis_errors
 
-EXP = REPO_ROOT / "recipes" / "librispeech_nbest" / "exp"
+EXP = benchlib.RECIPE_EXP
 FEATURES = ["decoder", "ctc", "lm", "4gram", "4gram_oov"]
 
 
@@ -70,7 +70,12 @@ def per_list_line_search(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--scored", type=Path, default=EXP / "scored" / "dev_clean.jsonl")
+    ap.add_argument(
+        "--scored",
+        type=Path,
+        default=None,
+        help="default: the recipe's exp/scored/dev_clean.jsonl; a smoke run scores tiny lists",
+    )
     ap.add_argument("--refs", type=Path, default=None)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--process-rounds", type=int, default=3, help="rounds of whole processes")
@@ -81,7 +86,9 @@ def main() -> None:
     threads = benchlib.pin_threads(args.threads)
     refs_path = args.refs or (benchlib.nbest_dir("dev_clean") / "references" / "ref_wer.trn")
     scratch = tempfile.TemporaryDirectory()
-    if args.smoke and not args.scored.exists():
+    if args.scored is None and not args.smoke:
+        args.scored = EXP / "scored" / "dev_clean.jsonl"
+    if args.scored is None:  # a smoke run: the recipe's lists are of the full data
         work = Path(scratch.name)
         lm = benchlib.tiny_kenlm(work)
         args.scored = work / "dev_clean.jsonl"

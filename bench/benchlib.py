@@ -37,7 +37,12 @@ PY = sys.executable
 RESCORER = Path(sys.executable).parent / "rescorer"
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RESCORER_THREADS")
 NBEST = ("nbest", "librispeech-espnet")
-RECIPE_LM = REPO / "recipes" / "librispeech_nbest" / "exp" / "lm"
+# The LibriSpeech recipe's outputs that full runs read by default (its exp/, made from the full
+# data; $RESCORER_BENCH_RECIPE_EXP names another). A --smoke run is on tiny data and reads none.
+RECIPE_EXP = Path(
+    os.environ.get("RESCORER_BENCH_RECIPE_EXP") or REPO / "recipes" / "librispeech_nbest" / "exp"
+)
+RECIPE_LM = RECIPE_EXP / "lm"
 
 RATIOS_NOTE = (
     "- Figures: the ratios ({ratios}) are the figures to compare across machines; "
