@@ -241,10 +241,8 @@ class CacheNextWord:
         self.name = lm.name
         self.lm = lm
         self.inner = inner
-        self._log_keep = math.log1p(-lm.lam)
-        self._log_lam = math.log(lm.lam)
         self._folded = [w.casefold() for w in inner.vocabulary()]
-        self._log_q: dict[int, tuple[Cache, np.ndarray]] = {}  # id(cache) -> ln q per word
+        self._q: dict[int, tuple[Cache, np.ndarray]] = {}  # id(cache) -> c(w)/n per word
         self._max_caches = max_caches
 
     def vocabulary(self) -> Sequence[str]:
@@ -256,33 +254,32 @@ class CacheNextWord:
     def step(self, state: tuple[Any, Cache], word: str) -> tuple[Any, Cache]:
         return self.inner.step(state[0], word), state[1]
 
-    def _cache_logprobs(self, cache: Cache) -> np.ndarray:
-        hit = self._log_q.get(id(cache))
+    def _cache_probs(self, cache: Cache) -> np.ndarray:
+        """c(w)/n of every vocabulary word, built once per context's cache."""
+        hit = self._q.get(id(cache))
         if hit is not None and hit[0] is cache:
             return hit[1]
         q = np.array([cache.probs.get(w, 0.0) for w in self._folded], dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            log_q = np.log(q) + self._log_lam
-        if len(self._log_q) >= self._max_caches:
-            self._log_q.pop(next(iter(self._log_q)))
-        self._log_q[id(cache)] = (cache, log_q)
-        return log_q
+        if len(self._q) >= self._max_caches:
+            self._q.pop(next(iter(self._q)))
+        self._q[id(cache)] = (cache, q)
+        return q
 
     def next_logprobs(self, state: tuple[Any, Cache]) -> np.ndarray:
-        base = np.asarray(self.inner.next_logprobs(state[0]), dtype=np.float64)
+        base = self.inner.next_logprobs(state[0])
         if not len(state[1]):
-            return base
-        return np.logaddexp(base + self._log_keep, self._cache_logprobs(state[1]))
+            return np.asarray(base, dtype=np.float64)
+        return self.lm._mix(base, self._cache_probs(state[1]), True)
 
     def next_logprobs_subset(self, state: tuple[Any, Cache], ids: np.ndarray) -> np.ndarray:
         """ln p of the words ``ids`` only (the inner adapter's subset when it has one)."""
         subset = getattr(self.inner, "next_logprobs_subset", None)
         if subset is None:
             return self.next_logprobs(state)[ids]
-        base = np.asarray(subset(state[0], ids), dtype=np.float64)
+        base = subset(state[0], ids)
         if not len(state[1]):
-            return base
-        return np.logaddexp(base + self._log_keep, self._cache_logprobs(state[1])[ids])
+            return np.asarray(base, dtype=np.float64)
+        return self.lm._mix(base, self._cache_probs(state[1])[ids], True)
 
 
 def load_cache_lm(spec: LMSpec, options: Mapping[str, Any]) -> CacheLM:
