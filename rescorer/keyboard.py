@@ -49,6 +49,7 @@ sentences with the paired tests of :mod:`rescorer.significance` (:func:`compare_
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -153,6 +154,11 @@ class SentenceResult:
     # Whether a space after the last word was counted (KeyboardOptions.final_space); None:
     # not recorded (files written before it was).
     final_space: bool | None = None
+    # k -> the keystrokes of each word in order (summing to keystrokes[k]), and what each word
+    # costs without prediction (its letters and its space; summing to baseline): where in a
+    # sentence a system saves (keystrokes_by_position). None: not recorded (older files).
+    word_keystrokes: Mapping[int, tuple[int, ...]] | None = None
+    word_baseline: tuple[int, ...] | None = None
 
     def ks(self, k: int) -> float:
         """Keystroke savings of this sentence with ``k`` suggestions."""
@@ -169,6 +175,14 @@ class SentenceResult:
             "oov": self.oov,
             "normalize": self.normalize,
             **({} if self.final_space is None else {"final_space": self.final_space}),
+            **(
+                {}
+                if self.word_keystrokes is None or self.word_baseline is None
+                else {
+                    "word_keystrokes": {str(k): list(v) for k, v in self.word_keystrokes.items()},
+                    "word_baseline": list(self.word_baseline),
+                }
+            ),
         }
 
     @classmethod
@@ -187,6 +201,14 @@ class SentenceResult:
         if not isinstance(obj["id"], str) or not isinstance(normalize, str):
             bad = "id" if not isinstance(obj["id"], str) else "normalize"
             raise ValueError(f"{bad}: expected a string, got {obj[bad]!r}")
+        if ("word_keystrokes" in obj) != ("word_baseline" in obj):
+            raise ValueError("word_keystrokes and word_baseline: expected both or neither")
+        by_word = None
+        if "word_keystrokes" in obj:
+            by_word = _lists_by_k(obj["word_keystrokes"], "word_keystrokes")
+        word_baseline = None
+        if "word_baseline" in obj:
+            word_baseline = _count_list(obj["word_baseline"], "word_baseline")
         result = cls(
             id=obj["id"],
             words=_count(obj["words"], "words"),
@@ -197,6 +219,8 @@ class SentenceResult:
             oov=_count(obj["oov"], "oov"),
             normalize=normalize,
             final_space=final_space,
+            word_keystrokes=by_word,
+            word_baseline=word_baseline,
         )
         _check_record(result)
         return result
@@ -235,6 +259,61 @@ def _counts_by_k(value: Any, name: str) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
+def _count_list(value: Any, name: str) -> tuple[int, ...]:
+    """A JSON list of whole numbers >= 0."""
+    if not isinstance(value, list):
+        raise ValueError(f"{name}: expected a list of counts, got {value!r}")
+    return tuple(_count(v, f"{name}[{i}]") for i, v in enumerate(value))
+
+
+def _lists_by_k(value: Any, name: str) -> dict[int, tuple[int, ...]]:
+    """``{"k": [count, ...]}`` with k >= 1, sorted by k."""
+    if not isinstance(value, dict) or not value:
+        raise ValueError(f"{name}: expected an object of count lists by k, got {value!r}")
+    out = {}
+    for key, counts in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) >= 1):
+            raise ValueError(f"{name}: expected keys k >= 1, got {key!r}")
+        out[int(key)] = _count_list(counts, f"{name}[{key}]")
+    return dict(sorted(out.items()))
+
+
+def _check_words(r: SentenceResult) -> None:
+    """ValueError unless the per-word counts (when recorded) have one entry per word, sum to
+    the sentence's totals, and cost each word between 1 keystroke and its baseline."""
+    if r.word_keystrokes is None or r.word_baseline is None:
+        return
+    if len(r.word_baseline) != r.words:
+        raise ValueError(
+            f"word_baseline: expected one per word ({r.words}), got {len(r.word_baseline)}"
+        )
+    if sum(r.word_baseline) != r.baseline:
+        raise ValueError(
+            f"word_baseline: expected them to sum to the baseline {r.baseline}, got "
+            f"{sum(r.word_baseline)}"
+        )
+    if set(r.word_keystrokes) != set(r.keystrokes):
+        raise ValueError(
+            f"word_keystrokes: expected the same k as keystrokes ({sorted(r.keystrokes)}), got "
+            f"{sorted(r.word_keystrokes)}"
+        )
+    for k, used in r.word_keystrokes.items():
+        if len(used) != r.words:
+            raise ValueError(
+                f"word_keystrokes[{k}]: expected one per word ({r.words}), got {len(used)}"
+            )
+        for i, (u, b) in enumerate(zip(used, r.word_baseline, strict=True)):
+            if not 1 <= u <= b:
+                raise ValueError(
+                    f"word_keystrokes[{k}][{i}] {u}: expected between 1 and the word's baseline {b}"
+                )
+        if sum(used) != r.keystrokes[k]:
+            raise ValueError(
+                f"word_keystrokes[{k}]: expected them to sum to keystrokes[{k}] "
+                f"{r.keystrokes[k]}, got {sum(used)}"
+            )
+
+
 def _check_record(r: SentenceResult) -> None:
     """ValueError for a record that typing a sentence cannot give: every word takes at least
     one keystroke and at most its letters and space (the baseline); hits and reciprocal ranks
@@ -266,6 +345,7 @@ def _check_record(r: SentenceResult) -> None:
             f"reciprocal_rank {r.reciprocal_rank:g}: above the {known} word(s) in the vocabulary "
             "(each adds 1/rank <= 1)"
         )
+    _check_words(r)
     for name, table, sign in (("keystrokes", r.keystrokes, -1), ("hits", r.hits, 1)):
         ks = sorted(table)
         for lo, hi in zip(ks, ks[1:], strict=False):
@@ -438,7 +518,8 @@ def simulate_sentence(
     """Type ``words`` with prediction (see the module docstring), logging the time of every
     suggestion list in ``latencies``."""
     shown = options.shown
-    keystrokes = dict.fromkeys(options.ks, 0)
+    by_word: dict[int, list[int]] = {k: [] for k in options.ks}
+    word_baseline: list[int] = []
     hits = dict.fromkeys(options.accuracy_ks, 0)
     rr = 0.0
     oov = 0
@@ -473,18 +554,21 @@ def simulate_sentence(
             if target is None and latencies is None:
                 break  # never suggested, and no latencies wanted
         space = options.final_space or i < len(words) - 1
-        for k in keystrokes:
-            keystrokes[k] += word_keystrokes(len(word), ranks, k, space)
+        word_baseline.append(len(word) + int(space))
+        for k, used in by_word.items():
+            used.append(word_keystrokes(len(word), ranks, k, space))
     return SentenceResult(
         id=sent_id,
         words=len(words),
         baseline=sentence_baseline(words, options.final_space),
-        keystrokes=keystrokes,
+        keystrokes={k: sum(used) for k, used in by_word.items()},
         hits=hits,
         reciprocal_rank=rr,
         oov=oov,
         normalize=options.normalize,
         final_space=options.final_space,
+        word_keystrokes={k: tuple(used) for k, used in by_word.items()},
+        word_baseline=tuple(word_baseline),
     )
 
 
@@ -707,6 +791,33 @@ def compare_systems(
     The ids must match, and each sentence must have the same baseline in both (else they were
     typed from different texts): :class:`InputError` otherwise.
     """
+    pairs = _paired(results_a, results_b, k)
+    used_a = np.array([ra.keystrokes[k] for ra, _ in pairs], dtype=np.float64)
+    used_b = np.array([rb.keystrokes[k] for _, rb in pairs], dtype=np.float64)
+    base = np.array([ra.baseline for ra, _ in pairs], dtype=np.float64)
+    d = used_a - used_b
+    return KeystrokeComparison(
+        name_a=names[0],
+        name_b=names[1],
+        k=k,
+        n=len(pairs),
+        ks_a=1.0 - float(used_a.sum() / base.sum()),
+        ks_b=1.0 - float(used_b.sum() / base.sum()),
+        b_better=int((d > 0).sum()),
+        b_worse=int((d < 0).sum()),
+        matched_pairs=matched_pairs(used_a, used_b),
+        sign=sign_test(used_a, used_b),
+        wilcoxon=wilcoxon(used_a, used_b),
+        bootstrap=bootstrap_wer_difference(used_a, used_b, base, n_resamples, seed),
+        alpha=alpha,
+    )
+
+
+def _paired(
+    results_a: Sequence[SentenceResult], results_b: Sequence[SentenceResult], k: int
+) -> list[tuple[SentenceResult, SentenceResult]]:
+    """The two systems' results of each sentence, in A's order; InputError unless both typed
+    the same sentences under the same conventions, with counts for ``k``."""
     by_id = {r.id: r for r in results_b}
     check_same_ids({r.id for r in results_a}, set(by_id), "system B sentence")
     pairs = [(r, by_id[r.id]) for r in results_a]
@@ -732,22 +843,93 @@ def compare_systems(
             )
         if k not in ra.keystrokes or k not in rb.keystrokes:
             raise InputError(f"sentence {ra.id!r} has no keystroke count for k={k}")
-    used_a = np.array([ra.keystrokes[k] for ra, _ in pairs], dtype=np.float64)
-    used_b = np.array([rb.keystrokes[k] for _, rb in pairs], dtype=np.float64)
-    base = np.array([ra.baseline for ra, _ in pairs], dtype=np.float64)
-    d = used_a - used_b
-    return KeystrokeComparison(
-        name_a=names[0],
-        name_b=names[1],
-        k=k,
-        n=len(pairs),
-        ks_a=1.0 - float(used_a.sum() / base.sum()),
-        ks_b=1.0 - float(used_b.sum() / base.sum()),
-        b_better=int((d > 0).sum()),
-        b_worse=int((d < 0).sum()),
-        matched_pairs=matched_pairs(used_a, used_b),
-        sign=sign_test(used_a, used_b),
-        wilcoxon=wilcoxon(used_a, used_b),
-        bootstrap=bootstrap_wer_difference(used_a, used_b, base, n_resamples, seed),
-        alpha=alpha,
+    return pairs
+
+
+# First word positions (1-based) of the bands of keystrokes_by_position: 1, 2, 3, 4-5, 6-10, 11+.
+POSITION_BANDS = (1, 2, 3, 4, 6, 11)
+
+
+@dataclass(frozen=True)
+class PositionGain:
+    """Keystrokes of two systems on the words at positions ``first .. last`` of their
+    sentences (1-based; ``last`` None: to the end)."""
+
+    first: int
+    last: int | None
+    # Words at these positions, and their keystrokes without prediction.
+    words: int
+    baseline: int
+    # Keystrokes used on them by A and by B.
+    used_a: int
+    used_b: int
+    # Baseline keystrokes of every sentence compared (all positions).
+    total_baseline: int
+
+    @property
+    def label(self) -> str:
+        if self.last is None:
+            return f"{self.first}+"
+        return str(self.first) if self.last == self.first else f"{self.first}-{self.last}"
+
+    @property
+    def ks_a(self) -> float:
+        """KS of A on these words."""
+        return 1.0 - self.used_a / self.baseline
+
+    @property
+    def ks_b(self) -> float:
+        return 1.0 - self.used_b / self.baseline
+
+    @property
+    def contribution(self) -> float:
+        """These words' share of ``KS_B - KS_A`` over the whole set (the bands' shares sum to
+        it)."""
+        return (self.used_a - self.used_b) / self.total_baseline
+
+
+def keystrokes_by_position(
+    results_a: Sequence[SentenceResult],
+    results_b: Sequence[SentenceResult],
+    k: int,
+    starts: Sequence[int] = POSITION_BANDS,
+) -> tuple[PositionGain, ...]:
+    """Where in their sentences B saves keystrokes against A with ``k`` suggestions: the
+    words in bands of positions (``starts``: each band's first position, from 1 up), matched
+    by sentence id as :func:`compare_systems` matches them. Needs the per-word counts
+    (``word_keystrokes``, recorded by :func:`simulate_sentence`): InputError for results
+    without them. Bands no sentence reaches are left out."""
+    starts = tuple(starts)
+    if not starts or starts[0] != 1 or any(b <= a for a, b in itertools.pairwise(starts)):
+        raise ValueError(f"starts: expected increasing positions from 1, got {starts}")
+    pairs = _paired(results_a, results_b, k)
+    for side, system in enumerate("AB"):
+        for pair in pairs:
+            if pair[side].word_keystrokes is None or pair[side].word_baseline is None:
+                raise InputError(
+                    f"sentence {pair[side].id!r} of {system} has no per-word keystrokes: "
+                    "expected results typed word by word (written by a keyboard-eval "
+                    "--per-sentence that records them: run it again)"
+                )
+    n = len(starts)
+    words, base, used_a, used_b = (np.zeros(n, dtype=np.int64) for _ in range(4))
+    for ra, rb in pairs:
+        band = np.searchsorted(starts, np.arange(1, ra.words + 1), side="right") - 1
+        np.add.at(words, band, 1)
+        np.add.at(base, band, ra.word_baseline or ())
+        np.add.at(used_a, band, (ra.word_keystrokes or {})[k])
+        np.add.at(used_b, band, (rb.word_keystrokes or {})[k])
+    total = int(base.sum())
+    return tuple(
+        PositionGain(
+            first=starts[i],
+            last=starts[i + 1] - 1 if i + 1 < n else None,
+            words=int(words[i]),
+            baseline=int(base[i]),
+            used_a=int(used_a[i]),
+            used_b=int(used_b[i]),
+            total_baseline=total,
+        )
+        for i in range(n)
+        if words[i]
     )

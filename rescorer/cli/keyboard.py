@@ -32,8 +32,10 @@ from rescorer.keyboard import (
     TEXT_FORMATS,
     KeyboardOptions,
     LatencyStats,
+    PositionGain,
     compare_systems,
     evaluate,
+    keystrokes_by_position,
     read_sentence_results,
     read_sentences,
     write_sentence_results,
@@ -395,8 +397,17 @@ def keyboard_eval(
     help="Numbers of suggestions to compare at (default: every k both files have).",
 )
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Bootstrap seed.")
+@click.option(
+    "--by-position",
+    is_flag=True,
+    help="Also a table of the KS of each system on the words at positions 1, 2, 3, 4-5, 6-10 "
+    "and 11+ of their sentences, and each band's share of the difference (the shares sum to "
+    "it): where in a sentence B saves.",
+)
 @handle_errors
-def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, seed: int) -> None:
+def keyboard_compare(
+    a_path: Path, b_path: Path, ks: tuple[int, ...] | None, seed: int, by_position: bool
+) -> None:
     """Test whether system B saves more keystrokes than A (per-sentence results of both).
 
     Matched pairs, sign and Wilcoxon tests over sentences, and a bootstrap interval of the KS
@@ -405,9 +416,18 @@ def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, see
     \b
     Example:
       rescorer keyboard-compare exp/4gram.jsonl exp/interp.jsonl -k 3
+      rescorer keyboard-compare exp/lstm.jsonl exp/topic.jsonl -k 3 --by-position
     """
     a = read_sentence_results(a_path)
     b = read_sentence_results(b_path)
+    if by_position:
+        for path, results in ((a_path, a), (b_path, b)):
+            if any(r.word_keystrokes is None for r in results):
+                raise InputFailure(
+                    f"{path}: expected per-sentence results typed word by word for "
+                    "--by-position (word_keystrokes; files written before they were recorded "
+                    "lack them): run keyboard-eval --per-sentence again"
+                )
     check_same_ids({r.id for r in a}, {r.id for r in b}, f"sentence (as in {a_path})", b_path)
     common = sorted(set(a[0].keystrokes) & set(b[0].keystrokes))
     chosen = ks or tuple(common)
@@ -417,3 +437,21 @@ def keyboard_compare(a_path: Path, b_path: Path, ks: tuple[int, ...] | None, see
         if k not in common:
             raise click.BadParameter(f"k={k} is not in both files (have {common})")
         click.echo(compare_systems(a, b, k, names=(a_path.name, b_path.name), seed=seed).summary())
+        if by_position:
+            click.echo(position_table(keystrokes_by_position(a, b, k), k, a_path.name, b_path.name))
+
+
+def position_table(bands: Sequence[PositionGain], k: int, name_a: str, name_b: str) -> str:
+    """keyboard-compare --by-position's table."""
+    rows = [
+        f"KS by word position at k={k} ({name_a} -> {name_b}; last column: the band's share of "
+        "the whole difference, points)",
+        f"  {'position':<9}{'words':>8}{'keystrokes':>12}{'KS A':>9}{'KS B':>9}{'B - A':>8}"
+        f"{'share':>8}",
+    ]
+    for g in bands:
+        rows.append(
+            f"  {g.label:<9}{g.words:>8}{g.baseline:>12}{100 * g.ks_a:>8.2f}%{100 * g.ks_b:>8.2f}%"
+            f"{100 * (g.ks_b - g.ks_a):>+8.2f}{100 * g.contribution:>+8.2f}"
+        )
+    return "\n".join(rows)

@@ -138,10 +138,18 @@ def test_tiny_recipe_end_to_end(data_dir, tmp_path):
     pairs = {(c["a"], c["b"]) for c in cmp["comparisons"]}
     assert ("unadapted", "factor") in pairs and ("factor_nocontext", "factor") in pairs
     assert set(cmp["ks_by_value"]) <= {"World", "Sports", "Business", "Sci/Tech"}
+    # where in a sentence the context saves: the bands' shares sum to the k=3 difference
+    diff = next(c["difference"] for c in cmp["comparisons"]
+                if (c["a"], c["b"], c["k"]) == ("unadapted", "factor", 3))  # fmt: skip
+    by_pos = next(r for r in cmp["ks_by_position"] if r["b"] == "factor")
+    assert by_pos["bands"][0]["positions"] == "1"
+    assert sum(b["contribution"] for b in by_pos["bands"]) == pytest.approx(diff)
     assert (exp / "agnews" / "compare" / "unadapted_vs_factor.txt").read_text().strip()
     page = (exp / "RESULTS.md").read_text()
     assert "## AG News, news topic as context" in page and "| system | KS k=1" in page
     assert "Acceptance checks" in page
+    assert ", with context against the Unadapted LSTM (`keyboard-compare --by-position`" in page
+    assert "by word position, LSTM Unadapted + cache of the previous sentences against" in page
     assert "| LSTM Unadapted + cache of the previous sentences |" in page
     assert "with a cache of the previous sentences over the same LSTM without them" in page
     assert "| LSTM | dev ppl | with the cache | change | lambda | min_chars |" in page

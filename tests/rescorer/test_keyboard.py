@@ -23,6 +23,7 @@ from rescorer.keyboard import (
     SentenceResult,
     compare_systems,
     evaluate,
+    keystrokes_by_position,
     read_sentence_results,
     read_sentences,
     sentence_baseline,
@@ -115,6 +116,9 @@ def test_on_its_way_counted_by_hand(table_predictor: Predictor, final_space: boo
     assert r.ks(1) == pytest.approx(1 - 7 / base)
     assert r.ks(3) == pytest.approx(1 - 6 / base)
     assert r.ks(5) == pytest.approx(1 - 3 / base)
+    # word by word, as counted above: what each word cost, and what it costs unpredicted
+    assert dict(r.word_keystrokes or {}) == {1: (3, 1, 3), 3: (2, 1, 3), 5: (1, 1, 1)}
+    assert r.word_baseline == (3, 4, 4 if final_space else 3)
 
 
 @pytest.mark.parametrize("final_space", [False, True])
@@ -229,6 +233,38 @@ def test_compare_systems_counts_and_direction() -> None:
         compare_systems(a, [_result(f"s{i}", 11, 8) for i in range(12)], 1)
 
 
+def _worded(sid: str, used: Sequence[int], base: Sequence[int] = (3, 4, 3)) -> SentenceResult:
+    """A 3-word sentence typed at k=1 with ``used[i]`` keystrokes on word i."""
+    return SentenceResult(
+        sid, len(used), sum(base), {1: sum(used)}, {1: 0}, 0.0, 0,
+        word_keystrokes={1: tuple(used)}, word_baseline=tuple(base),
+    )  # fmt: skip
+
+
+def test_keystrokes_by_position_adds_up_to_the_difference() -> None:
+    """Two sentences of 3 words (baseline 3 + 4 + 3 = 10 each). A uses 3, 4, 3 (nothing
+    predicted) on both; B saves 2 on the first word of both and 1 on the third of one.
+    Bands 1, 2-: first words 6 -> 2 of 6, the rest 14 -> 13 of 14; contributions 4/20 and
+    1/20 of the 20 baseline keystrokes, which sum to the whole difference 5/20."""
+    a = [_worded("s1", (3, 4, 3)), _worded("s2", (3, 4, 3))]
+    b = [_worded("s1", (1, 4, 3)), _worded("s2", (1, 4, 2))]
+    bands = keystrokes_by_position(a, list(reversed(b)), 1, starts=(1, 2))
+    assert [(g.label, g.words, g.baseline, g.used_a, g.used_b) for g in bands] == [
+        ("1", 2, 6, 6, 2),
+        ("2+", 4, 14, 14, 13),
+    ]
+    assert bands[0].ks_a == 0.0 and bands[0].ks_b == pytest.approx(4 / 6)
+    assert [g.contribution for g in bands] == pytest.approx([4 / 20, 1 / 20])
+    cmp = compare_systems(a, b, 1)
+    assert sum(g.contribution for g in bands) == pytest.approx(cmp.difference)
+    # the default bands: 1, 2, 3, 4-5, 6-10, 11+ (empty ones left out)
+    assert [g.label for g in keystrokes_by_position(a, b, 1)] == ["1", "2", "3"]
+    with pytest.raises(InputError, match="word by word"):
+        keystrokes_by_position([_result("s1", 10, 8)], [_result("s1", 10, 7)], 1)
+    with pytest.raises(ValueError, match="starts"):
+        keystrokes_by_position(a, b, 1, starts=(2, 3))
+
+
 def test_sentence_results_round_trip(tmp_path: Path) -> None:
     from rescorer.keyboard import write_sentence_results
 
@@ -236,6 +272,25 @@ def test_sentence_results_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     write_sentence_results(path, [r])
     assert read_sentence_results(path) == [r]
+    worded = _worded("y", (1, 4, 2))
+    write_sentence_results(path, [r, worded])
+    assert read_sentence_results(path) == [r, worded]
+    row = worded.to_json()
+    for key, value, said in [
+        ("word_keystrokes", {"1": [1, 4, 1]}, "sum to keystrokes"),
+        ("word_keystrokes", {"1": [1, 5, 1]}, "between 1 and"),
+        ("word_keystrokes", {"1": [1, 4]}, "one per word"),
+        ("word_keystrokes", {"3": [1, 4, 2]}, "the same k"),
+        ("word_baseline", [3, 4, 2, 1], "one per word"),
+        ("word_baseline", [3, 4, 4], "sum to the baseline"),
+        ("word_baseline", None, "both or neither"),
+    ]:
+        bad = {**row, key: value}
+        if value is None:
+            del bad[key]
+        path.write_text(json.dumps(bad) + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=said):
+            read_sentence_results(path)
     path.write_text('{"id": "x"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"r.jsonl:1: not a per-sentence keyboard result"):
         read_sentence_results(path)
@@ -270,6 +325,24 @@ def test_cli_keyboard_eval_and_compare(tiny_arpa: Path, tmp_path: Path) -> None:
     assert rep["latency_ms"]["count"] > 0 and rep["final_space"] is False
     res = run(["keyboard-compare", out, out, "-k", "1"])
     assert res.exit_code == 0 and "difference per.jsonl - per.jsonl +0.00 points" in res.output
+    # by word position, k=1: first words a (tap, 1 of 2) and b (b space, 2 of 2): 3 of 4 used,
+    # KS 25 %; second words a and b tapped, 1 of 1 each (a last word has no space): KS 0
+    res = run(["keyboard-compare", out, out, "-k", "1", "--by-position"])
+    assert res.exit_code == 0, res.output
+    table = res.output.split("KS by word position at k=1")[1].splitlines()
+    assert table[2].split() == ["1", "2", "4", "25.00%", "25.00%", "+0.00", "+0.00"]
+    assert table[3].split() == ["2", "2", "2", "0.00%", "0.00%", "+0.00", "+0.00"]
+    old = tmp_path / "old.jsonl"  # written before the per-word counts were
+    old.write_text(
+        "".join(
+            json.dumps({k: v for k, v in r.items() if not k.startswith("word_")}) + "\n"
+            for r in rows
+        ),
+        encoding="utf-8",
+    )
+    res = run(["keyboard-compare", old, out, "-k", "1", "--by-position"])
+    assert res.exit_code == 2 and "old.jsonl" in res.output and "word by word" in res.output
+    assert "Traceback" not in res.output
     # --final-space: each sentence's last word costs its space too (of 8)
     spaced = tmp_path / "spaced.jsonl"
     res = run(

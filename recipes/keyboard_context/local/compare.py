@@ -4,8 +4,11 @@ Reads the per-sentence results of stage 5 (``eval/<system>.jsonl``) and writes
 ``compare.json``: for every pair below, at each k, the KS of both, the difference and the
 matched-pairs, sign and Wilcoxon tests and the bootstrap interval of
 :func:`rescorer.keyboard.compare_systems` (what ``rescorer keyboard-compare`` prints, which
-stage 6 also runs into ``compare/``); and, per value of the label field (topic, class, genre),
-the KS of every system over the sentences of that value.
+stage 6 also runs into ``compare/``); per value of the label field (topic, class, genre),
+the KS of every system over the sentences of that value; and for the Unadapted LSTM against each
+context model (with its context, or its cache), the KS at k=3 by word position in the sentence
+(:func:`rescorer.keyboard.keystrokes_by_position`, ``keyboard-compare --by-position``): where
+in a sentence the context saves.
 
 Pairs (A -> B, positive differences favour B): the Unadapted LSTM -> each context model with its
 context; each context model without its context (the control) -> with it; for a ``previous``
@@ -20,7 +23,7 @@ import argparse
 import json
 from pathlib import Path
 
-from rescorer.keyboard import compare_systems, read_sentence_results
+from rescorer.keyboard import compare_systems, keystrokes_by_position, read_sentence_results
 
 KS = (1, 3, 5)
 
@@ -88,6 +91,32 @@ def main() -> None:
                 }
             )
 
+    by_position = []
+    for a, b in todo:
+        if a != "unadapted" or a not in results or b not in results:
+            continue
+        if any(r.word_keystrokes is None for r in results[a] + results[b]):
+            continue  # typed before the per-word counts were recorded
+        bands = keystrokes_by_position(results[a], results[b], 3)
+        by_position.append(
+            {
+                "a": a,
+                "b": b,
+                "k": 3,
+                "bands": [
+                    {
+                        "positions": g.label,
+                        "words": g.words,
+                        "baseline": g.baseline,
+                        "ks_a": g.ks_a,
+                        "ks_b": g.ks_b,
+                        "contribution": g.contribution,
+                    }
+                    for g in bands
+                ],
+            }
+        )
+
     by_value: dict[str, dict[str, dict[str, float]]] = {}
     for system, rows in results.items():
         for k in KS:
@@ -109,6 +138,7 @@ def main() -> None:
         "best_mode": best,
         "comparisons": comparisons,
         "ks_by_value": by_value,
+        "ks_by_position": by_position,
     }
     (args.exp / "compare.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     for c in comparisons:

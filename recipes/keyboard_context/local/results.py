@@ -180,6 +180,7 @@ def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
                 f"{100 * (t - u):+.2f} | {100 * (t - w):+.2f} |"
             )
         lines.append("")
+        lines += position_section(cmp, [top, "unadapted_cache"])
         # the issue's goals: +1.0 point for a label, +0.5 for the previous sentences
         goal = 0.005 if stats["field"] == "previous" else 0.01
         checks = [
@@ -247,6 +248,35 @@ def section(exp: Path, corpus: str) -> tuple[list[str], dict | None]:
     lines += cache_section(exp)
     lines += onnx_section(exp)
     return lines, (cmp, top)
+
+
+def position_section(cmp: dict, systems: list[str]) -> list[str]:
+    """KS at k=3 by word position, the Unadapted LSTM against each of ``systems`` typed
+    (compare.py's ``ks_by_position``): where in a sentence the context saves."""
+    lines = []
+    for row in cmp.get("ks_by_position", []):
+        if row["b"] not in systems:
+            continue
+        b = system_label(row["b"])
+        total = sum(band["baseline"] for band in row["bands"])
+        lines += [
+            f"KS at k={row['k']} by word position, {b} against the Unadapted LSTM "
+            "(`keyboard-compare --by-position`; the last column is the band's share of the "
+            "whole difference, and the shares sum to it):",
+            "",
+            f"| words at position | words | share of the keystrokes | Unadapted | {b} | B - A "
+            "(points) | share of the difference (points) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for band in row["bands"]:
+            lines.append(
+                f"| {band['positions']} | {band['words']:,} | "
+                f"{100 * band['baseline'] / total:.1f}% | {pct(band['ks_a'])} | "
+                f"{pct(band['ks_b'])} | {100 * (band['ks_b'] - band['ks_a']):+.2f} | "
+                f"{100 * band['contribution']:+.2f} |"
+            )
+        lines.append("")
+    return lines
 
 
 def cache_section(exp: Path) -> list[str]:
