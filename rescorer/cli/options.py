@@ -159,7 +159,8 @@ def progress_bars() -> bool:
 
 
 def show_epochs() -> None:
-    """Training commands print a line per epoch (train loss, dev perplexity, tokens/s) at the
+    """Training commands print a line per epoch (train loss, dev perplexity, tokens/s), and
+    without a progress bar (into a file) a line a minute within an epoch (training.fit), at the
     default verbosity: the training loop's INFO records are let through unless --quiet."""
     training = logging.getLogger("rescorer.lm_models.training")
     # NOTSET with --quiet or -v/-vv: the root's level decides, as for every other logger

@@ -51,6 +51,8 @@ from rescorer.lm_models.prefetch import Prefetcher
 logger = logging.getLogger(__name__)
 
 POSTFIX_SECONDS = 0.5  # how often the progress bar's loss and tokens/s are updated
+# Without a progress bar (a log file), a line at least this often within an epoch (INFO).
+PROGRESS_LOG_SECONDS = 60.0
 
 # -- configuration ----------------------------------------------------------------------------
 
@@ -489,6 +491,8 @@ def fit(
     cap = options.max_steps_per_epoch
     log: list[EpochRecord] = []
     show = options.progress and world.is_main
+    # into a log file (no bar): a progress line a minute, unless INFO is off (--quiet)
+    log_progress = not show and world.is_main and logger.isEnabledFor(logging.INFO)
     for epoch in range(start_epoch, options.epochs + 1):
         if keeper.stopped:
             break
@@ -511,7 +515,7 @@ def fit(
         if lazy_common:  # a collective per batch: in this thread, after any prefetching
             batches = common_steps(batches, world)
         t0, loss_sum, count, tokens, steps = time.perf_counter(), 0.0, 0, 0, 0
-        shown = t0
+        shown = told = t0
         bar = tqdm(
             batches,
             total=total,
@@ -544,6 +548,17 @@ def fit(
                 tokens += step.count if step.tokens is None else step.tokens
                 steps += 1
                 now = time.perf_counter()
+                if log_progress and now - told >= PROGRESS_LOG_SECONDS:
+                    told = now
+                    logger.info(
+                        "%s epoch %d: %s batches, train loss %.4f, %.0f tokens/s, %.0f s",
+                        options.name,
+                        epoch,
+                        f"{steps}/{total}" if total is not None else steps,
+                        loss_sum / max(count, 1),
+                        tokens / (now - t0),
+                        now - t0,
+                    )
                 if show and now - shown >= POSTFIX_SECONDS:
                     shown = now  # the bar redraws by itself; the figures need not change every step
                     bar.set_postfix(

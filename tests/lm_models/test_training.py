@@ -95,6 +95,40 @@ def test_max_seconds_stops_after_the_epoch_that_spends_the_budget(monkeypatch) -
     assert len(run(None).epochs) == 5
 
 
+def test_a_run_without_progress_bars_logs_a_progress_line_a_minute(monkeypatch, caplog) -> None:
+    """Into a log file (no progress bar) a long epoch is not silent: a line once
+    PROGRESS_LOG_SECONDS have passed since the epoch began or the last line, with the batches
+    done, the loss and the speed. A fake clock moved 25 s by each step, 4 steps of 1,000 tokens
+    an epoch: a line after step 3 of each epoch (75 s in; step 4 is 25 s after it). None with a
+    bar (it shows the same), none when INFO is off (--quiet)."""
+    import logging
+
+    import rescorer.lm_models.training as training
+
+    now = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
+    model = nn.Linear(1, 1, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch: int) -> Step:
+        now[0] += 25.0
+        loss = model(torch.ones(1, 1)).sum()
+        return Step(loss, 2.0 * 1000, 1000)
+
+    def run(progress: bool) -> list[str]:
+        caplog.clear()
+        opts = FitOptions(2, progress=progress, name="LSTM")
+        fit(model, optimizer, step, lambda e: list(range(4)), lambda: DevResult(1.0), opts)
+        return [r.getMessage() for r in caplog.records if "batches" in r.getMessage()]
+
+    line = "LSTM epoch {}: 3/4 batches, train loss 2.0000, 40 tokens/s, 75 s"
+    with caplog.at_level(logging.INFO, logger="rescorer.lm_models.training"):
+        assert run(False) == [line.format(1), line.format(2)]
+        assert run(True) == []  # the bar shows it (drawn nowhere here: not a terminal)
+    with caplog.at_level(logging.WARNING, logger="rescorer.lm_models.training"):
+        assert run(False) == []
+
+
 def test_max_seconds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_seconds must be > 0"):
         FitOptions(3, max_seconds=0)
