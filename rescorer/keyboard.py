@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -80,6 +80,7 @@ logger = logging.getLogger(__name__)
 
 TEXT_FORMATS = ("auto", "plain", "tsv", "kaldi")
 PER_SENTENCE_FORMAT = "rescorer-keyboard-sentence"
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ class SentenceResult:
             raise ValueError("word_keystrokes and word_baseline: expected both or neither")
         by_word = None
         if "word_keystrokes" in obj:
-            by_word = _lists_by_k(obj["word_keystrokes"], "word_keystrokes")
+            by_word = _by_k(obj["word_keystrokes"], "word_keystrokes", _count_list, "count lists")
         word_baseline = None
         if "word_baseline" in obj:
             word_baseline = _count_list(obj["word_baseline"], "word_baseline")
@@ -213,8 +214,8 @@ class SentenceResult:
             id=obj["id"],
             words=_count(obj["words"], "words"),
             baseline=_count(obj["baseline"], "baseline"),
-            keystrokes=_counts_by_k(obj["keystrokes"], "keystrokes"),
-            hits=_counts_by_k(obj["hits"], "hits"),
+            keystrokes=_by_k(obj["keystrokes"], "keystrokes", _count, "counts"),
+            hits=_by_k(obj["hits"], "hits", _count, "counts"),
             reciprocal_rank=_number(obj["reciprocal_rank"], "reciprocal_rank"),
             oov=_count(obj["oov"], "oov"),
             normalize=normalize,
@@ -247,18 +248,6 @@ def _number(value: Any, name: str) -> float:
     return float(value)
 
 
-def _counts_by_k(value: Any, name: str) -> dict[int, int]:
-    """``{"k": count}`` with k >= 1, sorted by k."""
-    if not isinstance(value, dict) or not value:
-        raise ValueError(f"{name}: expected an object of counts by k, got {value!r}")
-    out = {}
-    for key, count in value.items():
-        if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) >= 1):
-            raise ValueError(f"{name}: expected keys k >= 1, got {key!r}")
-        out[int(key)] = _count(count, f"{name}[{key}]")
-    return dict(sorted(out.items()))
-
-
 def _count_list(value: Any, name: str) -> tuple[int, ...]:
     """A JSON list of whole numbers >= 0."""
     if not isinstance(value, list):
@@ -266,15 +255,15 @@ def _count_list(value: Any, name: str) -> tuple[int, ...]:
     return tuple(_count(v, f"{name}[{i}]") for i, v in enumerate(value))
 
 
-def _lists_by_k(value: Any, name: str) -> dict[int, tuple[int, ...]]:
-    """``{"k": [count, ...]}`` with k >= 1, sorted by k."""
+def _by_k(value: Any, name: str, item: Callable[[Any, str], _T], what: str) -> dict[int, _T]:
+    """``{"k": item}`` with k >= 1, each item read by ``item``, sorted by k."""
     if not isinstance(value, dict) or not value:
-        raise ValueError(f"{name}: expected an object of count lists by k, got {value!r}")
+        raise ValueError(f"{name}: expected an object of {what} by k, got {value!r}")
     out = {}
-    for key, counts in value.items():
+    for key, v in value.items():
         if not (isinstance(key, str) and key.isascii() and key.isdigit() and int(key) >= 1):
             raise ValueError(f"{name}: expected keys k >= 1, got {key!r}")
-        out[int(key)] = _count_list(counts, f"{name}[{key}]")
+        out[int(key)] = item(v, f"{name}[{key}]")
     return dict(sorted(out.items()))
 
 
