@@ -88,9 +88,10 @@ class LazyGroup(click.Group):
     show_default=True,
     envvar=runtime.THREADS_ENV,
     metavar="auto|default|N",
-    help="CPU threads for torch models and ONNX Runtime sessions: auto takes the cores idle "
-    "now (cores less the load average), default leaves the libraries' own choice "
-    f"(also ${runtime.THREADS_ENV}). Not given: auto, but 1 for tune --method risk (faster).",
+    help="CPU threads for torch models and ONNX Runtime sessions: auto takes $OMP_NUM_THREADS "
+    "when set, else the cores idle now (cores less the load average), default leaves the "
+    f"libraries' own choice (also ${runtime.THREADS_ENV}). Not given: auto, but 1 for tune "
+    "--method risk (faster).",
 )
 def main(verbose: int, quiet: bool, threads: str) -> None:
     """N-best rescoring with n-gram and neural language models."""

@@ -10,7 +10,9 @@ Threads (measured in ``bench/results/lstm.md``): N-best scoring and training run
 matrix products on every thread torch is given. On an idle 2-core machine 2 threads score
 1.7x faster than 1, but with another job on the second core 2 threads ran 1.6-2.9x *slower*
 than 1 (the threads wait for each other). ``auto`` therefore takes the cores that are idle
-now: the usable cores less the 1-minute load average, at least 1.
+now: the usable cores less the 1-minute load average, at least 1; or ``$OMP_NUM_THREADS``
+when it is set (jobs started together all see the cores idle: two trainings of 2 threads
+each on 2 cores took 8x longer an epoch than one alone).
 
 Work of many tiny operations (``tune --method risk``: thousands of small tensor operations)
 has a default of its own when the user chose no thread count: :func:`torch_threads` runs it on
@@ -81,12 +83,20 @@ def idle_cores() -> int:
     return max(1, min(cores, cores - round(load)))
 
 
+def omp_threads() -> int | None:
+    """The thread count ``$OMP_NUM_THREADS`` sets (its outer level), None when unset or not
+    a count >= 1."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) >= 1 else None
+
+
 def parse_threads(value: str | int | None) -> int | None:
-    """``auto`` -> :func:`idle_cores`, ``default`` or None -> None, else an integer >= 1."""
+    """``auto`` -> ``$OMP_NUM_THREADS`` when it holds a count, else :func:`idle_cores`;
+    ``default`` or None -> None; else an integer >= 1."""
     if value is None or value == "default":
         return None
     if value == "auto":
-        return idle_cores()
+        return omp_threads() or idle_cores()
     try:
         threads = int(value)
     except (TypeError, ValueError):

@@ -37,6 +37,23 @@ def test_parse_threads() -> None:
             runtime.parse_threads(bad)
 
 
+def test_auto_takes_omp_num_threads_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two trainings started together each saw both cores of an idle 2-core machine and took
+    2 threads (4 on 2 cores: epochs 8x longer than alone), though OMP_NUM_THREADS=1 was set
+    for them: ``auto`` takes the standard variable when it holds a thread count."""
+    monkeypatch.setattr(runtime, "usable_cores", lambda: 8)
+    monkeypatch.setattr(runtime.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert runtime.parse_threads("auto") == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,2")  # nested levels: the outer one
+    assert runtime.parse_threads("auto") == 3
+    for unusable in ("", "zero", "0"):  # not a count: the idle cores, as without it
+        monkeypatch.setenv("OMP_NUM_THREADS", unusable)
+        assert runtime.parse_threads("auto") == 8
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert runtime.parse_threads("4") == 4  # a count given wins
+
+
 def test_idle_cores_subtracts_the_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime, "usable_cores", lambda: 8)
     monkeypatch.setattr(runtime.os, "getloadavg", lambda: (2.6, 0.0, 0.0))
