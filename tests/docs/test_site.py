@@ -42,12 +42,14 @@ def test_cli_reference_has_every_command_and_option() -> None:
     pytest.importorskip("mkdocs_click", reason="the docs extra is not installed")
     from rescorer.cli.main import main
 
+    # every command loaded first: mkdocs-click lists a group's loaded commands when it has any
+    # (else list_commands), so a test that ran one command before would leave only that one
+    commands = list(_commands(main, ("rescorer",)))
     html = markdown.Markdown(
         extensions=["attr_list", "tables", "toc", "fenced_code", "mkdocs-click"]
     ).convert(CLI_PAGE.read_text(encoding="utf-8"))
     sections = _sections(html)
     missing = []
-    commands = list(_commands(main, ("rescorer",)))
     assert len(commands) > 30  # every command module loaded, not only the group
     for path, command in commands:
         anchor = "-".join(path)
