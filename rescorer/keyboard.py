@@ -877,6 +877,20 @@ class PositionGain:
         return (self.used_a - self.used_b) / self.total_baseline
 
 
+def _per_word(
+    r: SentenceResult, system: str
+) -> tuple[tuple[int, ...], Mapping[int, tuple[int, ...]]]:
+    """A result's per-word baseline and keystrokes; InputError for one typed before they
+    were recorded."""
+    if r.word_keystrokes is None or r.word_baseline is None:
+        raise InputError(
+            f"sentence {r.id!r} of {system} has no per-word keystrokes: expected results typed "
+            "word by word (written by a keyboard-eval --per-sentence that records them: run it "
+            "again)"
+        )
+    return r.word_baseline, r.word_keystrokes
+
+
 def keystrokes_by_position(
     results_a: Sequence[SentenceResult],
     results_b: Sequence[SentenceResult],
@@ -891,23 +905,16 @@ def keystrokes_by_position(
     starts = tuple(starts)
     if not starts or starts[0] != 1 or any(b <= a for a, b in itertools.pairwise(starts)):
         raise ValueError(f"starts: expected increasing positions from 1, got {starts}")
-    pairs = _paired(results_a, results_b, k)
-    for side, system in enumerate("AB"):
-        for pair in pairs:
-            if pair[side].word_keystrokes is None or pair[side].word_baseline is None:
-                raise InputError(
-                    f"sentence {pair[side].id!r} of {system} has no per-word keystrokes: "
-                    "expected results typed word by word (written by a keyboard-eval "
-                    "--per-sentence that records them: run it again)"
-                )
     n = len(starts)
     words, base, used_a, used_b = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    for ra, rb in pairs:
+    for ra, rb in _paired(results_a, results_b, k):
+        base_a, by_word_a = _per_word(ra, "A")
+        _, by_word_b = _per_word(rb, "B")
         band = np.searchsorted(starts, np.arange(1, ra.words + 1), side="right") - 1
         np.add.at(words, band, 1)
-        np.add.at(base, band, ra.word_baseline or ())
-        np.add.at(used_a, band, (ra.word_keystrokes or {})[k])
-        np.add.at(used_b, band, (rb.word_keystrokes or {})[k])
+        np.add.at(base, band, base_a)
+        np.add.at(used_a, band, by_word_a[k])
+        np.add.at(used_b, band, by_word_b[k])
     total = int(base.sum())
     return tuple(
         PositionGain(
